@@ -1,0 +1,270 @@
+"""``ccme.fit``: formula → design → per-fold, per-arm estimators → result."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .crossfit import make_folds
+from .embedding import ArmEmbedding
+from .errors import DataError, ParameterError
+from .estimators.ridge import MODES, fit_ridge_fold
+from .formula import build_design, parse_formula
+from .kernels import resolve_kernel
+from .propensity import clip_scores, make_propensity, overlap_diagnostics
+from .result import CCMEResult
+
+__all__ = ["fit", "METHODS", "MODES", "RIDGE_DEFAULTS"]
+
+METHODS = ("ridge",)
+
+#: Documented defaults of the ridge estimator's hyperparameters.  The penalty
+#: 0.01 (both stages, K + nλI) was the best of {1e-4, 1e-3, 1e-2, 3e-2, 0.1}
+#: for the doubly robust fit on the paper's simulation at n = 2000 and 4000
+#: (integrated squared error; benchmarks/paper_defaults.py reruns that check).
+RIDGE_DEFAULTS = {
+    "lam0": 1e-2,          # first stage, K_X0 + mλ₀I
+    "lam1": 1e-2,          # second stage, K_V + nλ₁I
+    "x_kernel": "gaussian",
+    "v_kernel": "gaussian",
+    "y_kernel": "gaussian",
+    "x_bandwidth": "median",
+    "v_bandwidth": "median",
+    "y_bandwidth": "silverman",
+}
+_RIDGE_ALIASES = {"lam": ("lam0", "lam1"), "kernel": ("x_kernel", "v_kernel")}
+_MIN_ARM_UNITS = 5
+
+
+def fit(
+    formula: str,
+    data,
+    *,
+    method: str = "ridge",
+    mode: str = "dr",
+    folds: int = 2,
+    propensity="logistic",
+    seed=None,
+    clip: float = 0.01,
+    treated=None,
+    na_action: str = "raise",
+    propensity_covariates=None,
+    outcome_covariates=None,
+    n_threads: int = 0,
+    **hyperparameters,
+) -> CCMEResult:
+    """Estimate the conditional counterfactual distributions p(Y¹ | V) and p(Y⁰ | V).
+
+    Parameters
+    ----------
+    formula : str
+        ``"y ~ a | v1 + v2 | x3 + x4"``: outcome ~ treatment | conditioning
+        variables V | further confounders (X = V ∪ the last part; ``.`` there
+        means every other column).  ``y1 + y2 ~ ...`` for a multivariate outcome.
+    data : DataFrame
+        The data; never modified.
+    method : {"ridge"}
+        The CCME estimator (paper, Section "Three Practical Estimators").
+    mode : {"dr", "ipw", "pi", "onestep"}
+        The pseudo-outcome: doubly robust (eq. pseudo_outcome), inverse
+        propensity weighting, plug-in, or the one-step regression of φ(Y) on V
+        among the arm's units (paper, Section "Experiments").
+    folds : int, default 2
+        Cross-fitting folds K ≥ 2; the estimate averages the K fold estimates.
+    propensity : "logistic", "forest", classifier or array, default "logistic"
+        How π(x) = P(A = 1 | X = x) is estimated (on each fold's nuisance part):
+        unpenalised logistic regression, a random forest (100 trees, depth 4,
+        as the paper), any scikit-learn classifier with ``predict_proba``, or
+        known scores (one per row).
+    seed : int or None
+        Seeds the fold assignment and any randomised learner.  ``None`` draws
+        one, which is kept on the result (``res.seed``).
+    clip : float, default 0.01
+        Propensity scores are clipped to [clip, 1 − clip], with a warning that
+        counts the clipped units.
+    treated : optional
+        The level of the treatment column that counts as A = 1 (needed for a
+        two-level column that is not 0/1 or boolean).
+    na_action : {"raise", "drop"}
+        Missing or infinite values in the used columns raise an error, or the
+        rows are dropped with a warning.
+    propensity_covariates, outcome_covariates : list of str or str, optional
+        Subsets of X's raw columns used by the propensity model and by the
+        first-stage outcome model (default: all of X).  Lets a user misspecify
+        either nuisance on purpose, as the paper's experiments do.
+    n_threads : int, default 0
+        Threads of the compiled core (0: OpenMP's default).
+    **hyperparameters
+        Ridge: ``lam`` (both stages) or ``lam0``/``lam1`` (penalty λ in K + nλI,
+        a number or a dict {1: .., 0: ..} per arm), ``kernel`` (X and V) or
+        ``x_kernel``/``v_kernel`` ("gaussian", "laplace", "matern32",
+        "matern52"), ``y_kernel`` ("gaussian", "laplace"), and
+        ``x_bandwidth``/``v_bandwidth``/``y_bandwidth`` (a number, one number
+        per column, or a rule: "median", "silverman").  Defaults:
+        ``ccme.RIDGE_DEFAULTS``.
+
+    Returns
+    -------
+    CCMEResult
+    """
+    started = time.perf_counter()
+    call = _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters)
+    if method not in METHODS:
+        raise ParameterError(f"`method` must be one of {list(METHODS)}; got {method!r}")
+    if mode not in MODES:
+        raise ParameterError(f"`mode` must be one of {list(MODES)}; got {mode!r}")
+    if not isinstance(clip, (int, float)) or not 0.0 <= clip < 0.5:
+        raise ParameterError(f"`clip` must be a number in [0, 0.5); got {clip!r}")
+    options = _ridge_options(hyperparameters)
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy % (2**63))
+    rng = np.random.default_rng(seed)
+
+    parsed = parse_formula(formula, getattr(data, "columns", []))
+    design = build_design(parsed, data, treated=treated, na_action=na_action)
+    n = design.n
+    fold_list = make_folds(n, folds, rng)
+    for arm in (1, 0):
+        count = int(np.sum(design.A == arm))
+        if count < _MIN_ARM_UNITS:
+            label = "treated" if arm == 1 else "control"
+            raise DataError(
+                f"the {label} arm has {count} unit(s); at least {_MIN_ARM_UNITS} are needed to estimate its distribution"
+            )
+    _check_fold_arms(design.A, fold_list, mode)
+
+    prop_cols = (
+        design.columns_of(propensity_covariates) if propensity_covariates is not None else np.arange(design.X.shape[1])
+    )
+    out_cols = design.columns_of(outcome_covariates) if outcome_covariates is not None else np.arange(design.X.shape[1])
+    Xp = design.X[:, prop_cols]
+    Xo = np.ascontiguousarray(design.X[:, out_cols])
+
+    kernel_seed = int(rng.integers(2**31 - 1))
+    x_kernel = resolve_kernel(options["x_kernel"], options["x_bandwidth"], Xo, what="x_bandwidth", seed=kernel_seed)
+    v_kernel = resolve_kernel(options["v_kernel"], options["v_bandwidth"], design.V, what="v_bandwidth", seed=kernel_seed)
+    y_kernel = resolve_kernel(
+        options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth", seed=kernel_seed, density=True
+    )
+    lam0, lam1 = options["lam0"], options["lam1"]
+
+    prop_model = make_propensity(propensity, n, rng.integers(2**31 - 1))
+    scores = np.empty(n)
+    fitted_folds = []
+    prop_started = time.perf_counter()
+    for fold in fold_list:
+        scores[fold.target] = prop_model.fit_predict(
+            Xp[fold.nuisance], design.A[fold.nuisance], Xp[fold.target], fold.target
+        )
+    prop_seconds = time.perf_counter() - prop_started
+    overlap = overlap_diagnostics(scores, design.A, clip, warn=mode in ("dr", "ipw"))
+    clipped = clip_scores(scores, clip)
+
+    ridge_started = time.perf_counter()
+    for fold in fold_list:
+        fitted_folds.append(
+            fit_ridge_fold(
+                mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target, nuisance=fold.nuisance,
+                scores_target=clipped[fold.target], v_kernel=v_kernel, x_kernel=x_kernel, lam0=lam0, lam1=lam1,
+                n_threads=n_threads,
+            )
+        )
+    ridge_seconds = time.perf_counter() - ridge_started
+    embeddings = {arm: ArmEmbedding([f[arm] for f in fitted_folds], y_kernel, n_threads) for arm in (1, 0)}
+    timing = {
+        "propensity": prop_seconds,
+        "ridge": ridge_seconds,
+        "total": time.perf_counter() - started,
+    }
+    return CCMEResult(
+        call=call,
+        design=design,
+        method=method,
+        mode=mode,
+        folds=fold_list,
+        seed=seed,
+        kernels={"x": x_kernel, "v": v_kernel, "y": y_kernel},
+        penalties={"lam0": lam0, "lam1": lam1},
+        propensity=prop_model.name,
+        propensity_columns=tuple(design.x_names[i] for i in prop_cols),
+        outcome_columns=tuple(design.x_names[i] for i in out_cols),
+        overlap=overlap,
+        embeddings=embeddings,
+        timing=timing,
+        clip=clip,
+    )
+
+
+def _ridge_options(hyperparameters: dict) -> dict:
+    options = dict(RIDGE_DEFAULTS)
+    allowed = set(RIDGE_DEFAULTS) | set(_RIDGE_ALIASES)
+    unknown = sorted(set(hyperparameters) - allowed)
+    if unknown:
+        raise ParameterError(
+            f"unknown hyperparameter(s) {unknown} for method 'ridge'; allowed: {sorted(allowed)}"
+        )
+    for alias, targets in _RIDGE_ALIASES.items():
+        if alias in hyperparameters:
+            clash = [t for t in targets if t in hyperparameters]
+            if clash:
+                raise ParameterError(f"give either `{alias}` or {clash}, not both")
+            for t in targets:
+                options[t] = hyperparameters[alias]
+    for key in RIDGE_DEFAULTS:
+        if key in hyperparameters:
+            options[key] = hyperparameters[key]
+    for key in ("lam0", "lam1"):
+        options[key] = _per_arm_penalty(options[key], key)
+    return options
+
+
+def _per_arm_penalty(value, name: str) -> dict:
+    if isinstance(value, dict):
+        if set(value) != {0, 1}:
+            raise ParameterError(f"`{name}` as a dict must have the keys 1 and 0 (the arms); got {sorted(value)}")
+        return {arm: _positive(value[arm], name) for arm in (1, 0)}
+    v = _positive(value, name)
+    return {1: v, 0: v}
+
+
+def _positive(value, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f"`{name}` must be a positive number; got {value!r}") from None
+    if not (v > 0 and np.isfinite(v)):
+        raise ParameterError(f"`{name}` must be a positive number; got {value!r}")
+    return v
+
+
+def _check_fold_arms(A, fold_list, mode) -> None:
+    """Each fold needs units of both arms in its nuisance part (and, for one-step, its target part)."""
+    for fold in fold_list:
+        for arm in (1, 0):
+            label = "treated" if arm == 1 else "control"
+            in_nuisance = int(np.sum(A[fold.nuisance] == arm))
+            in_target = int(np.sum(A[fold.target] == arm))
+            if mode != "onestep" and in_nuisance < 2:
+                raise DataError(
+                    f"fold {fold.index + 1} leaves {in_nuisance} {label} unit(s) to fit the nuisance models; "
+                    "use fewer folds or more data"
+                )
+            if mode == "onestep" and in_target < 2:
+                raise DataError(
+                    f"fold {fold.index + 1} has {in_target} {label} unit(s) for the one-step regression; "
+                    "use fewer folds or more data"
+                )
+
+
+def _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters) -> str:
+    parts = [repr(formula), "data", f"method={method!r}", f"mode={mode!r}", f"folds={folds!r}"]
+    if isinstance(propensity, str):
+        parts.append(f"propensity={propensity!r}")
+    else:
+        parts.append(f"propensity=<{type(propensity).__name__}>")
+    if seed is not None:
+        parts.append(f"seed={seed!r}")
+    for key, value in hyperparameters.items():
+        parts.append(f"{key}={value!r}")
+    return "ccme.fit(" + ", ".join(parts) + ")"

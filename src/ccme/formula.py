@@ -1,0 +1,441 @@
+"""The formula front end: ``"y ~ a | v1 + v2 | x3 + x4"`` to design matrices.
+
+The formula has a left side (the outcome; ``y1 + y2`` for a multivariate one)
+and two or three right-hand parts separated by ``|``:
+
+1. the treatment, a single column;
+2. the conditioning variables V of the target p(Y^a | V = v);
+3. optionally, further confounders, so that the nuisance covariates are
+   X = V ∪ part 3.  A ``.`` in part 3 stands for every column not used
+   elsewhere in the formula.
+
+Parsing, transforms (``np.log(x)``) and categorical encoding (strings, pandas
+categoricals, ``C(x)``) are formulaic's; this module only assigns the roles,
+checks them, and keeps formulaic's model specs so that ``newdata`` is encoded
+exactly as the training data were (categorical levels included).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .errors import DataError, DataWarning, FormulaError
+
+__all__ = ["Formula", "Design", "Treatment", "parse_formula", "build_design"]
+
+
+def _formulaic():
+    # formulaic is imported lazily: importing it costs ~0.3 s.
+    import formulaic
+    from formulaic.parser import DefaultFormulaParser
+
+    return formulaic, DefaultFormulaParser(include_intercept=False)
+
+
+def _as_formula_error(exc: Exception, formula: str) -> FormulaError:
+    return FormulaError(f"cannot use formula {formula!r}: {_clean(exc)}")
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A parsed ccme formula: the roles of its parts.
+
+    Attributes
+    ----------
+    text : str
+        The formula as written.
+    outcome, treatment, conditioning, confounders : str
+        The text of each part (``confounders`` is ``""`` when absent).
+    """
+
+    text: str
+    outcome: str
+    treatment: str
+    conditioning: str
+    confounders: str
+    _parsed: object = field(default=None, repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Treatment:
+    """How the treatment column maps to the arms: ``level`` counts as A = 1."""
+
+    column: str
+    level: object
+    control_level: object
+
+    def describe(self) -> str:
+        return f"{self.column} ({self.level!r} = treated, {self.control_level!r} = control)"
+
+
+@dataclass(frozen=True)
+class Design:
+    """Design matrices of one data set, with the specs that encode new data.
+
+    Attributes
+    ----------
+    Y : ndarray (n, d_y)
+    A : ndarray (n,) of 0/1
+    V : ndarray (n, d_v)
+    X : ndarray (n, d_x)  -- V's columns first, then part 3's
+    """
+
+    formula: Formula
+    Y: np.ndarray
+    A: np.ndarray
+    V: np.ndarray
+    X: np.ndarray
+    y_names: tuple[str, ...]
+    v_names: tuple[str, ...]
+    x_names: tuple[str, ...]
+    v_variables: tuple[str, ...]
+    x_variables: tuple[str, ...]
+    x_sources: tuple[frozenset, ...]
+    treatment: Treatment
+    n_dropped: int = 0
+    v_frame: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    _v_spec: object = field(default=None, repr=False, compare=False)
+    _x3_spec: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def n(self) -> int:
+        return self.Y.shape[0]
+
+    def encode_v(self, newdata: pd.DataFrame) -> np.ndarray:
+        """Encode ``newdata`` into V's columns exactly as the training data were."""
+        if isinstance(newdata, dict):
+            newdata = pd.DataFrame(newdata)
+        if isinstance(newdata, pd.DataFrame):
+            for name in self.v_variables:
+                train = self.v_frame[name]
+                if name in newdata.columns and not pd.api.types.is_numeric_dtype(train):
+                    unseen = set(pd.unique(newdata[name].dropna())) - set(pd.unique(train.dropna()))
+                    if unseen:
+                        raise DataError(
+                            f"cannot encode `newdata`: column {name!r} has level(s) {sorted(map(str, unseen))} "
+                            "not seen in the training data"
+                        )
+        return _encode_with_spec(self._v_spec, newdata, self.v_variables, "newdata")
+
+    def profiles(self, quantiles=(0.25, 0.5, 0.75)) -> pd.DataFrame:
+        """Rows of V's raw columns at quantiles: numeric columns at the quantile, others at their mode."""
+        rows = {}
+        for q in quantiles:
+            if not 0.0 <= q <= 1.0:
+                raise DataError(f"quantiles must lie in [0, 1]; got {q!r}")
+            row = {}
+            for name in self.v_variables:
+                column = self.v_frame[name]
+                if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+                    row[name] = float(column.quantile(q))
+                else:
+                    row[name] = column.mode().iloc[0]
+            rows[f"q{round(100 * q):02d}"] = row
+        frame = pd.DataFrame.from_dict(rows, orient="index")
+        for name in self.v_variables:
+            if isinstance(self.v_frame[name].dtype, pd.CategoricalDtype):
+                frame[name] = pd.Categorical(frame[name], categories=self.v_frame[name].cat.categories)
+        return frame
+
+    def columns_of(self, variables) -> np.ndarray:
+        """Indices of X's columns that derive from the given raw variables."""
+        return _columns_of(self, variables)
+
+
+def parse_formula(text: str, columns) -> Formula:
+    """Split ``text`` into its roles, checking the structure.
+
+    Parameters
+    ----------
+    text : str
+        ``"y ~ a | v1 + v2"`` or ``"y ~ a | v1 + v2 | x3 + x4"``.
+    columns : sequence of str
+        The data's columns (``.`` in part 3 expands to those not used elsewhere).
+    """
+    if not isinstance(text, str):
+        raise FormulaError(f"`formula` must be a string such as 'y ~ a | v1 + v2 | x3'; got {type(text).__name__}")
+    formulaic, parser = _formulaic()
+    columns = [str(c) for c in columns]
+    context = {"__formulaic_variables_available__": columns, "__formulaic_variables_used_lhs__": []}
+    try:
+        parsed = formulaic.Formula(text, _parser=parser, _context=context)
+    except Exception as exc:  # formulaic raises many types; all mean "cannot parse"
+        raise _as_formula_error(exc, text) from None
+    lhs = getattr(parsed, "lhs", None)
+    rhs = getattr(parsed, "rhs", None)
+    if lhs is None or rhs is None or len(lhs) == 0:
+        raise FormulaError(
+            f"formula {text!r} has no outcome: write it as 'y ~ a | v1 + v2 | x3' "
+            "(outcome ~ treatment | conditioning variables | further confounders)"
+        )
+    if not isinstance(rhs, tuple) or len(rhs) not in (2, 3):
+        n_parts = len(rhs) if isinstance(rhs, tuple) else 1
+        raise FormulaError(
+            f"formula {text!r} has {n_parts} right-hand part(s); ccme needs 2 or 3 parts separated by '|': "
+            "'y ~ a | v1 + v2' or 'y ~ a | v1 + v2 | x3 + x4'"
+        )
+    treatment_terms = [str(t) for t in rhs[0]]
+    if len(treatment_terms) != 1:
+        raise FormulaError(
+            f"the treatment part of {text!r} must be exactly one column; got {' + '.join(treatment_terms) or 'nothing'}"
+        )
+    if len(rhs[1]) == 0:
+        raise FormulaError(f"formula {text!r} names no conditioning variables V (the second part)")
+    pieces = [str(p) for p in rhs]
+    return Formula(
+        text=text,
+        outcome=str(lhs),
+        treatment=treatment_terms[0],
+        conditioning=pieces[1],
+        confounders=pieces[2] if len(rhs) == 3 else "",
+        _parsed=parsed,
+    )
+
+
+def _materialize(formulaic, parser, spec_text, data, role, na_action="raise"):
+    try:
+        formula = formulaic.Formula(spec_text, _parser=parser) if isinstance(spec_text, str) else spec_text
+        return formulaic.model_matrix(formula, data, na_action=na_action)
+    except Exception as exc:
+        raise FormulaError(f"cannot build the {role} from {str(spec_text)!r}: {_clean(exc)}") from None
+
+
+def _clean(exc: Exception) -> str:
+    """formulaic's message without its terminal colour codes, first line only."""
+    text = re.sub(r"\x1b\[[0-9;]*m|[⧛⧚]", "", str(exc))
+    return text.strip().split("\n")[0]
+
+
+def _required(matrix) -> set[str]:
+    return set(matrix.model_spec.required_variables)
+
+
+def _check_finite(data: pd.DataFrame, variables, na_action: str) -> tuple[pd.DataFrame, int]:
+    """Raise (or drop rows) for NaN / inf in the columns the formula uses."""
+    bad_rows = np.zeros(len(data), dtype=bool)
+    problems = []
+    for name in variables:
+        column = data[name]
+        missing = column.isna().to_numpy()
+        if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+            values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            missing = missing | ~np.isfinite(values)
+        if missing.any():
+            problems.append(f"{name!r} ({int(missing.sum())})")
+            bad_rows |= missing
+    if not problems:
+        return data, 0
+    if na_action == "drop":
+        warnings.warn(
+            f"dropped {int(bad_rows.sum())} of {len(data)} rows with missing or infinite values in "
+            + ", ".join(problems),
+            DataWarning,
+            stacklevel=4,
+        )
+        return data.loc[~bad_rows], int(bad_rows.sum())
+    raise DataError(
+        "missing or infinite values in the columns the formula uses: "
+        + ", ".join(problems)
+        + " rows; pass na_action='drop' to drop those rows"
+    )
+
+
+def _treatment_column(data: pd.DataFrame, name: str, treated) -> tuple[np.ndarray, Treatment]:
+    if name not in data.columns:
+        raise FormulaError(f"the treatment {name!r} is not a column of the data (write the column's name itself)")
+    column = data[name]
+    levels = pd.unique(column.dropna())
+    if len(levels) != 2:
+        shown = ", ".join(repr(v) for v in levels[:6]) + (" ..." if len(levels) > 6 else "")
+        raise DataError(
+            f"the treatment {name!r} must have exactly two levels; it has {len(levels)}: {shown}"
+        )
+    if treated is None:
+        if pd.api.types.is_bool_dtype(column):
+            treated = True
+        elif pd.api.types.is_numeric_dtype(column) and set(np.asarray(levels, dtype=float)) == {0.0, 1.0}:
+            treated = levels[np.asarray(levels, dtype=float) == 1.0][0]
+        elif isinstance(column.dtype, pd.CategoricalDtype):
+            present = [c for c in column.cat.categories if c in set(levels)]
+            treated = present[-1]
+        else:
+            raise DataError(
+                f"the treatment {name!r} has levels {levels[0]!r} and {levels[1]!r}; "
+                "say which one is the treatment with treated=<level>"
+            )
+    matches = [lv for lv in levels if lv == treated]
+    if not matches:
+        raise DataError(
+            f"`treated`={treated!r} is not a level of {name!r}; its levels are {levels[0]!r} and {levels[1]!r}"
+        )
+    control = [lv for lv in levels if not lv == treated][0]
+    a = (column == matches[0]).to_numpy(dtype=np.int8)
+    level = matches[0].item() if hasattr(matches[0], "item") else matches[0]
+    control = control.item() if hasattr(control, "item") else control
+    return a, Treatment(column=name, level=level, control_level=control)
+
+
+def build_design(formula: Formula, data, *, treated=None, na_action: str = "raise") -> Design:
+    """Evaluate a parsed formula on ``data`` (which is never modified)."""
+    if not isinstance(data, pd.DataFrame):
+        if isinstance(data, dict):
+            data = pd.DataFrame(data)
+        else:
+            raise DataError(f"`data` must be a pandas DataFrame (or a dict of columns); got {type(data).__name__}")
+    if na_action not in ("raise", "drop"):
+        raise DataError(f"`na_action` must be 'raise' or 'drop'; got {na_action!r}")
+    if len(data) == 0:
+        raise DataError("`data` has no rows")
+    formulaic, parser = _formulaic()
+    columns = [str(c) for c in data.columns]
+    if len(set(columns)) != len(columns):
+        raise DataError("`data` has duplicated column names")
+    frame = data.copy(deep=False)  # shallow: we never write into the caller's arrays
+    frame.columns = columns
+
+    # The raw columns each part reads, so that `.` in part 3 can mean "every
+    # column not used elsewhere".
+    if formula.treatment not in frame.columns:
+        raise FormulaError(
+            f"the treatment {formula.treatment!r} is not a column of the data (write the column's name itself)"
+        )
+    outcome_part, conditioning_part = formula._parsed.lhs, formula._parsed.rhs[1]
+    y_vars = _probe_variables(formulaic, parser, outcome_part, frame, "outcome")
+    v_vars = _probe_variables(formulaic, parser, conditioning_part, frame, "conditioning variables V")
+    used = y_vars | v_vars | {formula.treatment}
+    x3_vars: set[str] = set()
+    x3_formula = None
+    if formula.confounders:
+        # Parse the whole text again, now telling `.` which columns are left.
+        rest = [c for c in columns if c not in used]
+        context = {"__formulaic_variables_available__": rest, "__formulaic_variables_used_lhs__": []}
+        try:
+            x3_formula = formulaic.Formula(formula.text, _parser=parser, _context=context).rhs[2]
+        except Exception as exc:
+            raise _as_formula_error(exc, formula.text) from None
+        if len(x3_formula) > 0:
+            x3_vars = _probe_variables(formulaic, parser, x3_formula, frame, "further confounders")
+        else:
+            x3_formula = None
+    if formula.treatment in x3_vars:
+        raise FormulaError(f"the treatment {formula.treatment!r} cannot also be a confounder")
+
+    if formula.treatment in v_vars:
+        raise FormulaError(f"the treatment {formula.treatment!r} cannot also be a conditioning variable")
+    overlap = y_vars & (v_vars | x3_vars | {formula.treatment})
+    if overlap:
+        raise FormulaError(f"the outcome's column(s) {sorted(overlap)} also appear on the right-hand side")
+
+    all_vars = [c for c in columns if c in (y_vars | v_vars | x3_vars | {formula.treatment})]
+    frame, n_dropped = _check_finite(frame, all_vars, na_action)
+    if len(frame) == 0:
+        raise DataError("no rows are left after dropping missing values")
+
+    a, treatment = _treatment_column(frame, formula.treatment, treated)
+    y_mm = _materialize(formulaic, parser, outcome_part, frame, "outcome")
+    v_mm = _materialize(formulaic, parser, conditioning_part, frame, "conditioning variables V")
+    Y = _numeric(y_mm, "outcome")
+    V = _numeric(v_mm, "conditioning variables V")
+    x_names = list(v_mm.columns)
+    x_sources = _column_variables(v_mm.model_spec, columns)
+    X = V
+    x3_spec = None
+    if x3_formula is not None:
+        x3_mm = _materialize(formulaic, parser, x3_formula, frame, "further confounders")
+        x3_sources = _column_variables(x3_mm.model_spec, columns)
+        keep = [i for i, c in enumerate(x3_mm.columns) if c not in set(x_names)]
+        if keep:
+            X = np.hstack([V, _numeric(x3_mm, "further confounders")[:, keep]])
+            x_names += [x3_mm.columns[i] for i in keep]
+            x_sources += [x3_sources[i] for i in keep]
+        x3_spec = x3_mm.model_spec
+    return Design(
+        formula=formula,
+        Y=Y,
+        A=a,
+        V=V,
+        X=np.ascontiguousarray(X),
+        y_names=tuple(str(c) for c in y_mm.columns),
+        v_names=tuple(str(c) for c in v_mm.columns),
+        x_names=tuple(str(c) for c in x_names),
+        v_variables=tuple(c for c in columns if c in v_vars),
+        x_variables=tuple(c for c in columns if c in (v_vars | x3_vars)),
+        x_sources=tuple(x_sources),
+        treatment=treatment,
+        n_dropped=n_dropped,
+        v_frame=frame[[c for c in columns if c in v_vars]],
+        _v_spec=v_mm.model_spec,
+        _x3_spec=x3_spec,
+    )
+
+
+def _probe_variables(formulaic, parser, part, frame, role) -> set[str]:
+    """The raw columns a formula part reads (materialising it on a few rows)."""
+    head = frame.iloc[: min(len(frame), 50)]
+    matrix = _materialize(formulaic, parser, part, head, role, na_action="ignore")
+    variables = {v for v in _required(matrix) if v in frame.columns}
+    return variables
+
+
+def _numeric(matrix, role) -> np.ndarray:
+    try:
+        values = np.asarray(matrix, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(f"the {role} could not be converted to numbers") from None
+    if values.ndim == 1:
+        values = values[:, None]
+    return np.ascontiguousarray(values)
+
+
+def _encode_with_spec(spec, newdata, variables, name) -> np.ndarray:
+    if isinstance(newdata, dict):
+        newdata = pd.DataFrame(newdata)
+    if not isinstance(newdata, pd.DataFrame):
+        raise DataError(f"`{name}` must be a pandas DataFrame holding the columns {list(variables)}")
+    missing = [v for v in variables if v not in newdata.columns]
+    if missing:
+        raise DataError(f"`{name}` lacks the column(s) {missing} that V is built from (it needs {list(variables)})")
+    frame = newdata[list(variables)]
+    _check_finite(frame, variables, "raise")
+    try:
+        matrix = spec.get_model_matrix(frame, na_action="raise")
+    except Exception as exc:
+        raise DataError(f"cannot encode `{name}` like the training data: {_clean(exc)}") from None
+    return _numeric(matrix, f"`{name}`")
+
+
+def _column_variables(spec, columns) -> list[frozenset]:
+    """For each encoded column, the raw data columns it is computed from."""
+    sources = [frozenset()] * len(spec.column_names)
+    known = set(columns)
+    for term, indices in spec.term_indices.items():
+        variables = frozenset(v for v in spec.term_variables[term] if v in known)
+        for i in indices:
+            sources[i] = variables
+    return sources
+
+
+def _columns_of(design: Design, variables) -> np.ndarray:
+    """Indices of X's columns computed only from the raw columns ``variables``."""
+    if isinstance(variables, str):
+        variables = [v.strip().strip("`") for v in variables.split("+")]
+    variables = [str(v) for v in variables]
+    unknown = [v for v in variables if v not in design.x_variables]
+    if unknown:
+        raise DataError(
+            f"{unknown} are not among the covariates X = {list(design.x_variables)}; "
+            "a nuisance model can only use a subset of X"
+        )
+    chosen = set(variables)
+    indices = [i for i, source in enumerate(design.x_sources) if source and source <= chosen]
+    if not indices:
+        raise DataError(f"no column of X is computed from {variables} alone")
+    return np.asarray(indices, dtype=np.intp)

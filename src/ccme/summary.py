@@ -1,0 +1,164 @@
+"""R-style summaries of a fitted :class:`ccme.CCMEResult`.
+
+``res.summary()`` returns a :class:`Summary`: it prints like R's ``summary``
+(``print(res.summary())``), renders in notebooks (``_repr_html_``), exports
+to LaTeX (``as_latex()``) and gives its table as a DataFrame
+(``to_frame()``).  It never prints by itself and never changes the result.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Summary"]
+
+_MODE_NAMES = {
+    "dr": "doubly robust",
+    "ipw": "inverse propensity weighting",
+    "pi": "plug-in",
+    "onestep": "one-step",
+}
+_METHOD_NAMES = {"ridge": "kernel ridge regression"}
+
+
+def _fmt(x: float) -> str:
+    return "NA" if not np.isfinite(x) else f"{x:.4g}"
+
+
+def _names(names, limit: int = 8) -> str:
+    names = list(names)
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[: limit - 2]) + f", ... ({len(names)} columns)"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A printable summary: header lines, sections of (label, text) rows, and the profile table."""
+
+    title: str
+    call: str
+    sections: tuple
+    table: pd.DataFrame
+    table_title: str
+
+    @classmethod
+    def from_result(cls, res, newdata=None) -> "Summary":
+        design = res.design
+        n1, n0 = res.n_arm[1], res.n_arm[0]
+        treatment = design.treatment
+        data_rows = [
+            ("Outcome", ", ".join(design.y_names)),
+            ("Treatment", treatment.describe()),
+            ("V", _names(design.v_names)),
+            ("X", _names(design.x_names)),
+            ("Observations", f"{res.n} ({n1} treated, {n0} control)"
+             + (f"; {design.n_dropped} rows with missing values dropped" if design.n_dropped else "")),
+            ("Cross-fitting", f"{res.n_folds} folds, seed {res.seed}"),
+        ]
+        k = res.kernels
+        kernel_rows = [
+            ("X (outcome model)", k["x"].describe(res.outcome_columns)),
+            ("V (second stage)", k["v"].describe(design.v_names)),
+            ("Y (density)", k["y"].describe(design.y_names)),
+        ]
+        lam0, lam1 = res.penalties["lam0"], res.penalties["lam1"]
+        penalty_rows = [
+            ("lambda0 (stage 1)", _per_arm(lam0)),
+            ("lambda1 (stage 2)", _per_arm(lam1)),
+        ]
+        ov = res.overlap
+        scores = ov.scores
+        prop_rows = [
+            ("Model", f"{res.propensity} on {_names(res.propensity_columns)}"),
+            ("Scores", f"range [{_fmt(scores.min())}, {_fmt(scores.max())}], cross-fitted"),
+            ("Clipped", f"{ov.n_clipped} to [{res.clip:g}, {1 - res.clip:g}] ({ov.n_clipped_low} below, "
+                        f"{ov.n_clipped_high} above)"),
+            ("Effective n", f"treated {ov.ess[1]:.1f} of {ov.n_arm[1]}; control {ov.ess[0]:.1f} of {ov.n_arm[0]}"),
+        ]
+        if res.mode == "pi" or res.mode == "onestep":
+            prop_rows.append(("Note", f"the {_MODE_NAMES[res.mode]} estimate does not use the propensity"))
+        if newdata is None:
+            newdata = res.profiles()
+            table_title = "Estimated distributions at V-quantile profiles"
+        else:
+            table_title = "Estimated distributions at the given profiles"
+        table = _profile_table(res, newdata)
+        jitters = [v for f in res._embeddings[1].parts + res._embeddings[0].parts for v in f.jitter.values()]
+        sections = [
+            ("Data", tuple(data_rows)),
+            ("Kernels", tuple(kernel_rows)),
+            ("Penalties (K + n*lambda*I)", tuple(penalty_rows)),
+            ("Propensity", tuple(prop_rows)),
+        ]
+        if any(j > 0 for j in jitters):
+            sections.append(("Numerics", (("Cholesky jitter", f"up to {max(jitters):.3g} added"),)))
+        title = (
+            f"Conditional counterfactual distributions: {_METHOD_NAMES.get(res.method, res.method)} CCME, "
+            f"{_MODE_NAMES[res.mode]}"
+        )
+        return cls(title=title, call=res.call, sections=tuple(sections), table=table, table_title=table_title)
+
+    # -- renderings ---------------------------------------------------------
+    def __str__(self) -> str:
+        lines = [self.title, "", "Call:", self.call, ""]
+        for name, rows in self.sections:
+            lines.append(f"{name}:")
+            width = max(len(label) for label, _ in rows)
+            lines += [f"  {label.ljust(width)}  {text}" for label, text in rows]
+            lines.append("")
+        lines.append(f"{self.table_title}:")
+        lines.append(self.table.to_string(float_format=lambda x: f"{x:.4g}"))
+        lines.append("---")
+        lines.append("Densities: res.density(y, newdata, arm); CDFs: res.cdf(...); plot: res.plot()")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.__str__()
+
+    def _repr_html_(self) -> str:
+        parts = [f"<h4>{html.escape(self.title)}</h4>", f"<p><code>{html.escape(self.call)}</code></p>"]
+        for name, rows in self.sections:
+            parts.append(f"<b>{html.escape(name)}</b><table>")
+            parts += [f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in rows]
+            parts.append("</table>")
+        parts.append(f"<b>{html.escape(self.table_title)}</b>")
+        parts.append(self.table.to_html(float_format=lambda x: f"{x:.4g}"))
+        return "\n".join(parts)
+
+    def as_latex(self) -> str:
+        """The profile table as a LaTeX tabular, preceded by the sections as comments."""
+        head = [f"% {self.title}", f"% {self.call}"]
+        for name, rows in self.sections:
+            head += [f"% {name}: {a}: {b}" for a, b in rows]
+        return "\n".join(head) + "\n" + self.table.to_latex(float_format=lambda x: f"{x:.4g}")
+
+    def to_frame(self) -> pd.DataFrame:
+        """The profile table (means and standard deviations of Y¹ and Y⁰)."""
+        return self.table.copy()
+
+
+def _per_arm(values: dict) -> str:
+    if values[1] == values[0]:
+        return f"{values[1]:.4g} (both arms)"
+    return f"{values[1]:.4g} (treated), {values[0]:.4g} (control)"
+
+
+def _profile_table(res, newdata) -> pd.DataFrame:
+    frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
+    table = frame[[c for c in res.design.v_variables if c in frame.columns]].copy()
+    y_names = res.design.y_names
+    means = {arm: np.atleast_2d(res.mean(frame, arm).T).T for arm in (1, 0)}
+    sds = {arm: np.atleast_2d(res.sd(frame, arm).T).T for arm in (1, 0)}
+    for j, name in enumerate(y_names):
+        suffix = "" if len(y_names) == 1 else f"[{name}]"
+        table[f"mean Y1{suffix}"] = means[1][:, j]
+        table[f"sd Y1{suffix}"] = sds[1][:, j]
+        table[f"mean Y0{suffix}"] = means[0][:, j]
+        table[f"sd Y0{suffix}"] = sds[0][:, j]
+        table[f"diff{suffix}"] = means[1][:, j] - means[0][:, j]
+    return table
