@@ -35,12 +35,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._backend import DENSITY_KERNELS, KERNELS
 from .errors import DataWarning, ParameterError
 
 __all__ = ["Kernel", "KERNELS", "DENSITY_KERNELS", "median_bandwidth", "silverman_bandwidth", "resolve_kernel"]
 
-KERNELS = ("gaussian", "laplace", "matern32", "matern52")
-DENSITY_KERNELS = ("gaussian", "laplace")
 _MEDIAN_ROWS = 1000
 
 

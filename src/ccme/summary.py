@@ -52,6 +52,7 @@ class Summary:
         n1, n0 = res.n_arm[1], res.n_arm[0]
         treatment = design.treatment
         data_rows = [
+            ("Formula", str(res.formula)),
             ("Outcome", ", ".join(design.y_names)),
             ("Treatment", treatment.describe()),
             ("V", _names(design.v_names)),
