@@ -1,0 +1,512 @@
+"""Thin Python layer over the compiled core :mod:`ccme._core`.
+
+This is the only module that imports ``ccme._core``.  Each function converts
+its inputs (``np.ascontiguousarray(x, dtype=np.float64)``; 1-D samples and
+points become one-column matrices), validates shapes and values, and turns
+errors of the core into ccme errors:
+
+* NaN or infinite data                      -> :class:`ccme.errors.DataError`
+* inconsistent shapes                       -> :class:`ccme.errors.DataError`
+* bad kernel / feature names, bandwidths    -> :class:`ccme.errors.ParameterError`
+* Cholesky failure after jitter             -> :class:`ccme.errors.NumericalError`
+
+Kernels (all bandwidths are per-column arrays, ARD; ``+inf`` ignores a column),
+with ``r = sqrt(sum_d ((a_d - b_d) / sigma_d)^2)``:
+
+``"gaussian"`` ``exp(-r^2/2)``, ``"laplace"`` ``exp(-r)``,
+``"matern32"`` ``(1 + sqrt(3) r) exp(-sqrt(3) r)``,
+``"matern52"`` ``(1 + sqrt(5) r + 5 r^2/3) exp(-sqrt(5) r)``.
+Normalised (density) versions, integrating to one over R^d, exist for
+``"gaussian"`` and ``"laplace"`` with finite bandwidths.
+
+Every function takes ``n_threads`` (0: OpenMP's default).  Results are
+bit-identical for every number of threads: the core parallelises over fixed
+blocks of work and never splits a floating-point reduction between threads.
+
+Cholesky jitter rule (:func:`cholesky`, :func:`kernel_ridge_factor`): the
+factorisation of ``A + shift I`` is tried first with jitter 0; if a pivot is not
+positive it is restarted from the original matrix with
+``jitter = 1e-10 * mean(diag(A) + shift)``, multiplied by 10 at each retry up
+to ``1e-4 * mean(diag(A) + shift)``; if that fails too, NumericalError is raised.
+The jitter actually used is returned.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import _core
+from .errors import DataError, NumericalError, ParameterError
+
+__all__ = [
+    "KERNELS",
+    "DENSITY_KERNELS",
+    "FEATURES",
+    "HAS_OPENMP",
+    "max_threads",
+    "gram",
+    "atom_features",
+    "cholesky",
+    "kernel_ridge_factor",
+    "cholesky_solve",
+    "ridge_contract",
+    "ridge_weights",
+    "n_features",
+]
+
+KERNELS = ("gaussian", "laplace", "matern32", "matern52")
+DENSITY_KERNELS = ("gaussian", "laplace")
+FEATURES = ("density", "cdf", "moments")
+HAS_OPENMP: bool = bool(_core.has_openmp)
+
+
+def max_threads() -> int:
+    """Number of threads the core uses when ``n_threads=0``."""
+    return int(_core.max_threads())
+
+
+# ---------------------------------------------------------------------------
+# validation helpers
+# ---------------------------------------------------------------------------
+def _matrix(x, name: str, *, check_finite: bool = True) -> np.ndarray:
+    try:
+        arr = np.ascontiguousarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{name} must be a numeric array: {exc}") from None
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    elif arr.ndim == 0:
+        arr = arr.reshape(1, 1)
+    if arr.ndim != 2:
+        raise DataError(f"{name} must be a 1-D or 2-D array, got shape {arr.shape}")
+    if check_finite and not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def _vector(x, name: str, n: int | None = None) -> np.ndarray:
+    try:
+        arr = np.ascontiguousarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{name} must be a numeric array: {exc}") from None
+    if arr.ndim != 1:
+        arr = arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr
+    if arr.ndim != 1:
+        raise DataError(f"{name} must be a 1-D array, got shape {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise DataError(f"{name} has length {arr.shape[0]} but {n} was expected")
+    if not np.isfinite(arr).all():
+        raise DataError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def _factor(L, name: str) -> np.ndarray:
+    """A Cholesky factor: square, finite diagonal (the full matrix is not scanned)."""
+    arr = _matrix(L, name, check_finite=False)
+    if arr.shape[0] != arr.shape[1]:
+        raise DataError(f"{name} must be a square Cholesky factor, got shape {arr.shape}")
+    if not np.isfinite(np.diagonal(arr)).all():
+        raise DataError(f"{name} has NaN or infinite values on its diagonal")
+    return arr
+
+
+def _kernel(kernel, name: str, allowed=KERNELS) -> str:
+    if not isinstance(kernel, str) or kernel not in allowed:
+        raise ParameterError(
+            f"{name}={kernel!r} is not a known kernel; allowed kernels are "
+            + ", ".join(repr(k) for k in allowed)
+        )
+    return kernel
+
+
+def _bandwidth(bw, d: int, name: str, *, finite: bool = False) -> np.ndarray:
+    try:
+        arr = np.asarray(bw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"{name} must be numeric: {exc}") from None
+    if arr.ndim == 0:
+        arr = np.full(d, float(arr))
+    arr = np.ascontiguousarray(arr.reshape(-1))
+    if arr.shape[0] != d:
+        raise ParameterError(f"{name} has length {arr.shape[0]} but the data have {d} columns")
+    if np.isnan(arr).any() or (arr <= 0).any():
+        raise ParameterError(f"{name} must be > 0 (or +inf to ignore a column), got {arr.tolist()}")
+    if finite and np.isinf(arr).any():
+        raise ParameterError(f"{name} must be finite here (normalised kernels), got {arr.tolist()}")
+    return arr
+
+
+def _threads(n_threads) -> int:
+    if not isinstance(n_threads, numbers.Integral) or isinstance(n_threads, bool) or n_threads < 0:
+        raise ParameterError(f"n_threads must be an integer >= 0 (0: OpenMP's default), got {n_threads!r}")
+    return int(n_threads)
+
+
+def _scalar(x, name: str) -> float:
+    try:
+        val = float(x)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be a real number, got {x!r}") from None
+    if not np.isfinite(val):
+        raise ParameterError(f"{name} must be finite, got {val}")
+    return val
+
+
+def _cols(arr: np.ndarray, d: int, name: str, ref: str) -> None:
+    if arr.shape[1] != d:
+        raise DataError(f"{name} has {arr.shape[1]} columns but {ref} has {d}")
+
+
+def _rows(arr: np.ndarray, n: int, name: str, ref: str) -> None:
+    if arr.shape[0] != n:
+        raise DataError(f"{name} has {arr.shape[0]} rows but {ref} has {n}")
+
+
+def _call(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except _core.CholeskyError as exc:
+        raise NumericalError(
+            f"{exc}. The matrix could not be factorised even after adding jitter; "
+            "increase the ridge penalty or check the data for duplicated rows."
+        ) from None
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def n_features(feature: str, dy: int, q: int) -> int:
+    """Number of columns q' of :func:`atom_features`: q, or 1 + 2 dy for "moments"."""
+    return 1 + 2 * dy if feature == "moments" else q
+
+
+def _feature(feature, kernel, dy: int):
+    if feature not in FEATURES:
+        raise ParameterError(
+            f"feature={feature!r} is not known; allowed features are " + ", ".join(map(repr, FEATURES))
+        )
+    if feature != "moments":
+        _kernel(kernel, "kernel", DENSITY_KERNELS)
+        if feature == "cdf" and kernel == "laplace" and dy != 1:
+            raise ParameterError(
+                f"the laplace cdf is only available for 1-dimensional outcomes (dy = {dy}); use 'gaussian'"
+            )
+
+
+# ---------------------------------------------------------------------------
+# public functions
+# ---------------------------------------------------------------------------
+def gram(A, B, kernel: str, bandwidth, normalized: bool = False, n_threads: int = 0) -> np.ndarray:
+    """Gram matrix ``K[i, j] = k(A_i, B_j)``.
+
+    Parameters
+    ----------
+    A : array_like, shape (nA, d) or (nA,)
+    B : array_like, shape (nB, d) or (nB,)
+    kernel : {"gaussian", "laplace", "matern32", "matern52"}
+    bandwidth : array_like, shape (d,) or scalar
+        Per-column bandwidths (> 0; ``inf`` ignores a column).
+    normalized : bool
+        Use the density kernel (integrates to one; gaussian / laplace, finite bandwidths).
+    n_threads : int
+
+    Returns
+    -------
+    ndarray, shape (nA, nB)
+    """
+    A = _matrix(A, "A")
+    B = _matrix(B, "B")
+    _cols(B, A.shape[1], "B", "A")
+    _kernel(kernel, "kernel", DENSITY_KERNELS if normalized else KERNELS)
+    bw = _bandwidth(bandwidth, A.shape[1], "bandwidth", finite=bool(normalized))
+    return _call(_core.gram, A, B, kernel, bw, bool(normalized), _threads(n_threads))
+
+
+def atom_features(atoms, points, feature: str, kernel: str, bandwidth, n_threads: int = 0) -> np.ndarray:
+    """Features of the atoms (sample points of an embedding) at evaluation points.
+
+    Parameters
+    ----------
+    atoms : array_like, shape (K, dy) or (K,)
+    points : array_like, shape (q, dy) or (q,)
+        Ignored for ``feature="moments"`` (may have no rows).
+    feature : {"density", "cdf", "moments"}
+        ``"density"``: ``F[k, j]`` = normalised kernel ``k(points_j, atoms_k)``;
+        ``"cdf"``: ``P(atoms_k + sigma * noise <= points_j)`` componentwise (gaussian: product of
+        normal cdfs, any dy; laplace: dy = 1 only); ``"moments"``: ``[1, a_k, a_k**2]`` (1 + 2 dy columns).
+    kernel : {"gaussian", "laplace"}
+    bandwidth : array_like, shape (dy,) or scalar
+        Finite, positive (ignored for moments).
+
+    Returns
+    -------
+    ndarray, shape (K, q')
+    """
+    atoms = _matrix(atoms, "atoms")
+    dy = atoms.shape[1]
+    points = _matrix(points, "points") if points is not None else np.zeros((0, dy))
+    if feature == "moments":
+        if points.shape[0] > 0:
+            _cols(points, dy, "points", "atoms")
+        bw = np.ones(dy)
+        kernel = "gaussian"
+    else:
+        _cols(points, dy, "points", "atoms")
+        bw = None
+    _feature(feature, kernel, dy)
+    if bw is None:
+        bw = _bandwidth(bandwidth, dy, "bandwidth", finite=True)
+    return _call(_core.atom_features, atoms, points, feature, kernel, bw, _threads(n_threads))
+
+
+def cholesky(A, shift: float = 0.0, n_threads: int = 0) -> tuple[np.ndarray, float]:
+    """Lower Cholesky factor of ``A + (shift + jitter) I``, with the jitter rule of the module docstring.
+
+    A blocked, tiled, parallel factorisation (tiles of ``_core.CHOL_TILE``); only the lower
+    triangle of ``A`` is read.
+
+    Returns
+    -------
+    L : ndarray, shape (n, n)
+        Lower triangular (upper triangle exactly 0).
+    jitter : float
+        0.0 unless jitter was needed.
+
+    Raises
+    ------
+    NumericalError
+        If even ``jitter = 1e-4 * mean(diag(A) + shift)`` does not make the matrix positive definite.
+    """
+    A = _matrix(A, "A")
+    if A.shape[0] != A.shape[1]:
+        raise DataError(f"A must be square, got shape {A.shape}")
+    L, jitter = _call(_core.cholesky, A, _scalar(shift, "shift"), _threads(n_threads))
+    return L, float(jitter)
+
+
+def kernel_ridge_factor(X, kernel: str, bandwidth, shift: float, n_threads: int = 0) -> tuple[np.ndarray, float]:
+    """Cholesky factor of ``gram(X, X) + (shift + jitter) I`` (kernel ridge regression).
+
+    The Gram matrix is written straight into the factor's buffer.  ``shift`` is the ridge
+    term in the paper's convention ``K + n lambda I`` (pass ``n * lambda``).  Jitter rule as in
+    the module docstring.
+
+    Returns
+    -------
+    L : ndarray, shape (n, n)
+    jitter : float
+    """
+    X = _matrix(X, "X")
+    _kernel(kernel, "kernel")
+    bw = _bandwidth(bandwidth, X.shape[1], "bandwidth")
+    L, jitter = _call(
+        _core.kernel_ridge_factor, X, kernel, bw, _scalar(shift, "shift"), _threads(n_threads)
+    )
+    return L, float(jitter)
+
+
+def cholesky_solve(L, B, n_threads: int = 0) -> np.ndarray:
+    """Solve ``L L^T X = B`` for a lower triangular ``L``.
+
+    Parameters
+    ----------
+    L : array_like, shape (n, n)
+    B : array_like, shape (n, q) or (n,)
+
+    Returns
+    -------
+    ndarray, shape of ``B``
+    """
+    L = _factor(L, "L")
+    B_in = np.asarray(B)
+    B2 = _matrix(B, "B")
+    _rows(B2, L.shape[0], "B", "L")
+    X = _call(_core.cholesky_solve, L, B2, _threads(n_threads))
+    return X.reshape(B_in.shape) if B_in.ndim == 1 else X
+
+
+def _ridge_inputs(ctx, L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval):
+    L_V = _factor(L_V, "L_V")
+    n = L_V.shape[0]
+    V1 = _matrix(V1, "V1")
+    _rows(V1, n, "V1", "L_V")
+    V_eval = _matrix(V_eval, "V_eval")
+    if V_eval.shape[1] != V1.shape[1]:
+        raise DataError(f"{ctx}: V_eval has {V_eval.shape[1]} columns but V1 has {V1.shape[1]}")
+    _kernel(v_kernel, "v_kernel")
+    v_bw = _bandwidth(v_bandwidth, V1.shape[1], "v_bandwidth")
+    a = _vector(a, "a", n)
+    b = _vector(b, "b", n)
+    _kernel(x_kernel, "x_kernel")
+    L_X0 = _factor(L_X0, "L_X0") if L_X0 is not None else np.zeros((0, 0))
+    m = L_X0.shape[0]
+    use_b = m > 0 and bool(np.any(b != 0))
+    if use_b:
+        X0 = _matrix(X0, "X0")
+        X1 = _matrix(X1, "X1")
+        _rows(X0, m, "X0", "L_X0")
+        _rows(X1, n, "X1", "L_V")
+        _cols(X1, X0.shape[1], "X1", "X0")
+        x_bw = _bandwidth(x_bandwidth, X0.shape[1], "x_bandwidth")
+    else:  # first stage skipped: the arrays are not used
+        X0 = np.zeros((0, 0))
+        X1 = np.zeros((0, 0))
+        x_bw = np.zeros(0)
+    return L_V, V1, v_bw, a, b, X1, L_X0, X0, x_bw, V_eval, use_b
+
+
+def ridge_contract(
+    L_V, V1, v_kernel: str, v_bandwidth, a, Y1, b, X1, L_X0, X0, Y0, x_kernel: str, x_bandwidth,
+    V_eval, points, feature: str, y_kernel: str, y_bandwidth,
+    out=None, scale: float = 1.0, n_threads: int = 0, order: str = "auto",
+) -> np.ndarray:
+    r"""Evaluate a fitted ridge CCME (one cross-fitting fold, one arm): ``out += scale * result``.
+
+    Computes, for evaluation points ``v_e`` of the conditioning variables and outcome points
+    ``y_j`` (or features), the paper's density formula, eq. (emp_density) of Section
+    "Inference with Ridge Regression Estimator",
+
+    .. math::
+
+        [k_{Y_1}(y)^\top D_a + k_{Y_0}(y)^\top (K_{X_0} + m\lambda_0 I)^{-1} K_{X_0X_1} D_b]
+        (K_V + n\lambda_1 I)^{-1} k_V(v),
+
+    generalised to ``result[e, j] = sum_i beta_i(v_e) (a_i F1[i, j] + b_i G[i, j])`` with
+    ``beta(v) = (L_V L_V^T)^{-1} k_V(V1, v)``, ``F1 = atom_features(Y1, points, ...)``,
+    ``G = K_X0X1^T (L_X0 L_X0^T)^{-1} F0``, ``F0 = atom_features(Y0, points, ...)``,
+    ``K_X0X1 = k_X(X0, X1)``.  The ridge shifts are already folded into ``L_V`` and ``L_X0``
+    (see :func:`kernel_ridge_factor`).
+
+    The core works block by block (at most 64 MiB per block) in the cheaper association order:
+    "y" (solve per block of points, then contract with ``k_V``) or "v" (weights per block of
+    ``V_eval``, then contract with the features).
+
+    Parameters
+    ----------
+    L_V : ndarray (n, n)
+        Cholesky factor of ``K_V + n lambda_1 I`` over the second-stage sample.
+    V1 : (n, dv)
+    v_kernel, v_bandwidth : kernel on V and its bandwidths (dv,)
+    a : (n,)
+        Weights of the direct term (``D_a``); all zero skips it.
+    Y1 : (n, dy)
+    b : (n,)
+        Weights of the first-stage term (``D_b``); all zero (or ``m = 0``) skips it, and then
+        ``X1``, ``L_X0``, ``X0``, ``Y0`` may be empty.
+    X1 : (n, dx)
+    L_X0 : (m, m)
+        Cholesky factor of ``K_X0 + m lambda_0 I`` over the first-stage sample.
+    X0 : (m, dx)
+    Y0 : (m, dy)
+    x_kernel, x_bandwidth : kernel on X and its bandwidths (dx,)
+    V_eval : (ne, dv)
+    points : (q, dy)
+        Outcome points (ignored for "moments").
+    feature : {"density", "cdf", "moments"}
+    y_kernel, y_bandwidth : outcome kernel ("gaussian" or "laplace") and bandwidths (dy,)
+    out : ndarray (ne, q'), optional
+        Accumulated into in place; allocated (zeros) when None.
+    scale : float
+    n_threads : int
+    order : {"auto", "y", "v"}
+        Association order; "auto" chooses by a flop-count estimate.
+
+    Returns
+    -------
+    out : ndarray (ne, q')
+    """
+    L_V, V1, v_bw, a, b, X1, L_X0, X0, x_bw, V_eval, use_b = _ridge_inputs(
+        "ridge_contract", L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval
+    )
+    n = L_V.shape[0]
+    use_a = bool(np.any(a != 0))
+    Y1 = _matrix(Y1, "Y1") if Y1 is not None else None
+    Y0 = _matrix(Y0, "Y0") if use_b else None
+    if use_a:
+        if Y1 is None:
+            raise DataError("Y1 is required when a is not all zero")
+        _rows(Y1, n, "Y1", "L_V")
+        dy = Y1.shape[1]
+    elif use_b:
+        dy = Y0.shape[1]
+    elif Y1 is not None:
+        dy = Y1.shape[1]
+    else:
+        dy = _matrix(points, "points").shape[1] if points is not None else 1
+    if use_b:
+        _rows(Y0, L_X0.shape[0], "Y0", "L_X0")
+        _cols(Y0, dy, "Y0", "Y1")
+    else:
+        Y0 = np.zeros((0, dy))
+    if not use_a:
+        Y1 = np.zeros((0, dy))
+    if feature == "moments":
+        points = np.zeros((0, dy)) if points is None else _matrix(points, "points")
+        if points.shape[0] == 0:
+            points = np.zeros((0, dy))
+        else:
+            _cols(points, dy, "points", "Y1")
+        y_bw = np.ones(dy)
+        y_kernel = "gaussian"
+    else:
+        points = _matrix(points, "points")
+        _cols(points, dy, "points", "Y1")
+    _feature(feature, y_kernel, dy)
+    if feature != "moments":
+        y_bw = _bandwidth(y_bandwidth, dy, "y_bandwidth", finite=True)
+    if order not in ("auto", "y", "v"):
+        raise ParameterError(f"order must be 'auto', 'y' or 'v', got {order!r}")
+    shape = (V_eval.shape[0], n_features(feature, dy, points.shape[0]))
+    scale = _scalar(scale, "scale")
+    if out is None:
+        target = np.zeros(shape)
+    else:
+        if not isinstance(out, np.ndarray) or out.shape != shape:
+            raise DataError(
+                f"out must be an ndarray of shape {shape} (len(V_eval), n_features), "
+                f"got {getattr(out, 'shape', type(out).__name__)}"
+            )
+        direct = out.dtype == np.float64 and out.flags.c_contiguous and out.flags.writeable
+        target = out if direct else np.zeros(shape)
+    _call(
+        _core.ridge_contract,
+        L_V=L_V, V1=V1, v_kernel=v_kernel, v_bandwidth=v_bw, a=a, Y1=Y1, b=b, X1=X1,
+        L_X0=L_X0, X0=X0, Y0=Y0, x_kernel=x_kernel, x_bandwidth=x_bw, V_eval=V_eval,
+        points=points, feature=feature, y_kernel=y_kernel, y_bandwidth=y_bw, out=target,
+        scale=scale, n_threads=_threads(n_threads), order=order,
+    )
+    if out is not None and target is not out:
+        out += target
+        return out
+    return target
+
+
+def ridge_weights(
+    L_V, V1, v_kernel: str, v_bandwidth, a, b, X1, L_X0, X0, x_kernel: str, x_bandwidth, V_eval,
+    n_threads: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Embedding weights of a fitted ridge CCME on its atoms ``Y1`` and ``Y0``.
+
+    ``c1 = a o beta`` and ``c0 = (L_X0 L_X0^T)^{-1} K_X0X1 (b o beta)`` with
+    ``beta = (L_V L_V^T)^{-1} k_V(V1, V_eval)``: the estimated embedding at ``v_e`` is
+    ``sum_i c1[i, e] k(Y1_i, .) + sum_l c0[l, e] k(Y0_l, .)`` (eq. emp_density of the paper,
+    before applying the outcome features).  Meant for a small number of evaluation points
+    (the outputs are (n + m) x ne).  Arguments as in :func:`ridge_contract`.
+
+    Returns
+    -------
+    c1 : ndarray (n, ne)
+        Zero when ``a`` is all zero.
+    c0 : ndarray (m, ne)
+        ``m = len(L_X0)``; zero when ``b`` is all zero.
+    """
+    L_V, V1, v_bw, a, b, X1, L_X0, X0, x_bw, V_eval, _ = _ridge_inputs(
+        "ridge_weights", L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval
+    )
+    c1, c0 = _call(
+        _core.ridge_weights,
+        L_V=L_V, V1=V1, v_kernel=v_kernel, v_bandwidth=v_bw, a=a, b=b, X1=X1, L_X0=L_X0, X0=X0,
+        x_kernel=x_kernel, x_bandwidth=x_bw, V_eval=V_eval, n_threads=_threads(n_threads),
+    )
+    return c1, c0

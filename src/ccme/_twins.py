@@ -1,0 +1,124 @@
+"""Plain-numpy twins of the compiled core (:mod:`ccme._core` via :mod:`ccme._backend`).
+
+Same signatures, same results (up to rounding), written naively and obviously:
+everything is materialised.  Used by the tests to check the core; not fast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.linalg
+import scipy.special
+
+from .errors import NumericalError
+
+JITTER_FACTORS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
+
+
+def _2d(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x.reshape(-1, 1) if x.ndim == 1 else x
+
+
+def gram(A, B, kernel, bandwidth, normalized=False, n_threads=0):
+    A, B = _2d(A), _2d(B)
+    bw = np.broadcast_to(np.asarray(bandwidth, dtype=np.float64), (A.shape[1],))
+    d = A.shape[1]
+    diff = (A[:, None, :] - B[None, :, :]) / bw  # inf bandwidth -> 0
+    r = np.sqrt(np.sum(diff**2, axis=2))
+    if kernel == "gaussian":
+        K = np.exp(-(r**2) / 2)
+        if normalized:
+            K = K / ((2 * np.pi) ** (d / 2) * np.prod(bw))
+    elif kernel == "laplace":
+        K = np.exp(-r)
+        if normalized:
+            K = K * math.gamma(d / 2) / (2 * np.pi ** (d / 2) * math.gamma(d) * np.prod(bw))
+    elif kernel == "matern32":
+        K = (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r)
+    elif kernel == "matern52":
+        K = (1 + np.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-np.sqrt(5) * r)
+    else:
+        raise ValueError(kernel)
+    return K
+
+
+def atom_features(atoms, points, feature, kernel, bandwidth, n_threads=0):
+    atoms = _2d(atoms)
+    if feature == "moments":
+        return np.hstack([np.ones((atoms.shape[0], 1)), atoms, atoms**2])
+    points = _2d(points)
+    if feature == "density":
+        return gram(atoms, points, kernel, bandwidth, normalized=True)
+    bw = np.broadcast_to(np.asarray(bandwidth, dtype=np.float64), (atoms.shape[1],))
+    u = (points[None, :, :] - atoms[:, None, :]) / bw  # (K, q, dy)
+    if kernel == "gaussian":
+        return np.prod(scipy.special.ndtr(u), axis=2)
+    u = u[:, :, 0]
+    return np.where(u < 0, 0.5 * np.exp(np.minimum(u, 0)), 1 - 0.5 * np.exp(-np.maximum(u, 0)))
+
+
+def _factor(A, shift):
+    n = A.shape[0]
+    if n == 0:
+        return np.zeros((0, 0)), 0.0
+    A = np.tril(A) + np.tril(A, -1).T  # the core reads the lower triangle only
+    mean = np.mean(np.diag(A)) + shift
+    jitters = [0.0] + ([f * mean for f in JITTER_FACTORS] if np.isfinite(mean) and mean > 0 else [])
+    for jitter in jitters:
+        try:
+            return np.linalg.cholesky(A + (shift + jitter) * np.eye(n)), jitter
+        except np.linalg.LinAlgError:
+            continue
+    raise NumericalError("cholesky: not positive definite even with jitter")
+
+
+def cholesky(A, shift=0.0, n_threads=0):
+    return _factor(np.asarray(A, dtype=np.float64), shift)
+
+
+def kernel_ridge_factor(X, kernel, bandwidth, shift, n_threads=0):
+    X = _2d(X)
+    return _factor(gram(X, X, kernel, bandwidth), shift)
+
+
+def cholesky_solve(L, B, n_threads=0):
+    L = np.asarray(L, dtype=np.float64)
+    return np.linalg.solve(L @ L.T, np.asarray(B, dtype=np.float64))
+
+
+def ridge_weights(L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval,
+                  n_threads=0):
+    L_V = np.asarray(L_V, dtype=np.float64)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    L_X0 = np.asarray(L_X0, dtype=np.float64)
+    beta = np.linalg.solve(L_V @ L_V.T, gram(V1, V_eval, v_kernel, v_bandwidth))
+    c1 = a[:, None] * beta
+    m = L_X0.shape[0]
+    if m == 0 or not np.any(b != 0):
+        c0 = np.zeros((m, beta.shape[1]))
+    else:
+        K_X0X1 = gram(X0, X1, x_kernel, x_bandwidth)
+        c0 = np.linalg.solve(L_X0 @ L_X0.T, K_X0X1 @ (b[:, None] * beta))
+    return c1, c0
+
+
+def ridge_contract(L_V, V1, v_kernel, v_bandwidth, a, Y1, b, X1, L_X0, X0, Y0, x_kernel, x_bandwidth,
+                   V_eval, points, feature, y_kernel, y_bandwidth, out=None, scale=1.0, n_threads=0,
+                   order="auto"):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    c1, c0 = ridge_weights(L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval)
+    Y1 = _2d(Y1)
+    result = 0.0
+    if np.any(a != 0):
+        result = result + c1.T @ atom_features(Y1, points, feature, y_kernel, y_bandwidth)
+    if c0.shape[0] > 0 and np.any(b != 0):
+        result = result + c0.T @ atom_features(_2d(Y0), points, feature, y_kernel, y_bandwidth)
+    dy = Y1.shape[1] if np.any(a != 0) else _2d(Y0).shape[1]
+    q = 1 + 2 * dy if feature == "moments" else _2d(points).shape[0]
+    if out is None:
+        out = np.zeros((len(_2d(V_eval)), q))
+    out += scale * result
+    return out
