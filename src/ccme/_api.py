@@ -9,7 +9,7 @@ import numpy as np
 from .crossfit import make_folds
 from .embedding import ArmEmbedding
 from .errors import DataError, ParameterError
-from .estimators.ridge import MODES, fit_ridge_fold
+from .estimators.ridge import MODES, RidgeFold
 from .formula import build_design, parse_formula
 from .kernels import resolve_kernel
 from .propensity import clip_scores, make_propensity, overlap_diagnostics
@@ -164,14 +164,17 @@ def fit(
     ridge_started = time.perf_counter()
     for fold in fold_list:
         fitted_folds.append(
-            fit_ridge_fold(
+            RidgeFold(
                 mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target, nuisance=fold.nuisance,
                 scores_target=clipped[fold.target], v_kernel=v_kernel, x_kernel=x_kernel, lam0=lam0, lam1=lam1,
                 n_threads=n_threads,
             )
         )
     ridge_seconds = time.perf_counter() - ridge_started
-    embeddings = {arm: ArmEmbedding([f[arm] for f in fitted_folds], y_kernel, n_threads) for arm in (1, 0)}
+    # Each arm's estimators are built on first use (see RidgeFold).
+    embeddings = {
+        arm: ArmEmbedding(lambda arm=arm: [f.arm(arm) for f in fitted_folds], y_kernel, n_threads) for arm in (1, 0)
+    }
     timing = {
         "propensity": prop_seconds,
         "ridge": ridge_seconds,

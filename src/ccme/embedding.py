@@ -22,6 +22,7 @@ unit mass.
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -37,16 +38,28 @@ class ArmEmbedding:
 
     Parameters
     ----------
-    parts : list
-        One fitted estimator per cross-fitting fold (see :mod:`ccme.estimators`).
+    parts : list or callable
+        One fitted estimator per cross-fitting fold (see :mod:`ccme.estimators`),
+        or a function returning that list, called once on first use (under a
+        lock, so that concurrent first uses build it once).
     y_kernel : Kernel
         The normalised outcome kernel.
     """
 
     def __init__(self, parts, y_kernel: Kernel, n_threads: int = 0):
-        self.parts = list(parts)
+        self._parts = None if callable(parts) else list(parts)
+        self._build = parts if callable(parts) else None
+        self._lock = threading.Lock()
         self.y_kernel = y_kernel
         self.n_threads = n_threads
+
+    @property
+    def parts(self) -> list:
+        if self._parts is None:
+            with self._lock:
+                if self._parts is None:
+                    self._parts = list(self._build())
+        return self._parts
 
     @property
     def d_y(self) -> int:

@@ -1,6 +1,7 @@
 """The estimators of the conditional counterfactual mean embedding.
 
-Each estimator fits, for one cross-fitting fold and one arm, an object that
+Each estimator fits, per cross-fitting fold, an object whose ``arm(a)``
+builds, for that fold and arm, an object that
 represents μ̂(v) = Σ_k c_k(v) φ(y_k) and can
 
 - ``contract(V_eval, points, feature, y_kernel, out, scale)``: add
@@ -11,6 +12,6 @@ represents μ̂(v) = Σ_k c_k(v) φ(y_k) and can
 :mod:`ccme.embedding` builds every functional from these two.
 """
 
-from .ridge import RidgeFoldArm, fit_ridge_fold
+from .ridge import RidgeFold, RidgeFoldArm
 
-__all__ = ["RidgeFoldArm", "fit_ridge_fold"]
+__all__ = ["RidgeFold", "RidgeFoldArm"]

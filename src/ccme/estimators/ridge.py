@@ -31,7 +31,7 @@ import numpy as np
 from .. import _backend
 from ..kernels import Kernel
 
-__all__ = ["RidgeFoldArm", "fit_ridge_fold", "MODES"]
+__all__ = ["RidgeFold", "RidgeFoldArm", "MODES"]
 
 MODES = ("dr", "ipw", "pi", "onestep")
 _EMPTY = np.zeros((0, 0))
@@ -97,9 +97,14 @@ class RidgeFoldArm:
         return np.vstack([self.Y1, self.Y0]), np.vstack([c1, c0])
 
 
-def fit_ridge_fold(*, mode, V, Xo, Y, A, target, nuisance, scores_target, v_kernel, x_kernel, lam0, lam1,
-                   n_threads=0) -> dict:
-    """Fit both arms' ridge CCMEs on one fold (Algorithm "Kernel Ridge Regression Estimator").
+class RidgeFold:
+    """One cross-fitting fold of the ridge CCME (Algorithm "Kernel Ridge Regression Estimator").
+
+    The second-stage factor of K_V + nλ₁I over D1, shared by both arms, is
+    computed when the fold is created; an arm's first stage (K_X0 + mλ₀I over
+    the arm's units of D0) is computed by :meth:`arm` when that arm is first
+    used, so that a user who asks only for p(Y¹ | V) neither pays for nor
+    holds the control arm's factors.
 
     Parameters
     ----------
@@ -110,59 +115,74 @@ def fit_ridge_fold(*, mode, V, Xo, Y, A, target, nuisance, scores_target, v_kern
         D1 (second stage) and D0 (first stage).
     scores_target : ndarray
         Clipped π̂(X) on D1 (fitted on D0).
+    v_kernel, x_kernel : Kernel
     lam0, lam1 : dict arm -> float
         Ridge penalties in the paper's convention K + nλI.
-
-    Returns
-    -------
-    dict arm -> RidgeFoldArm
     """
-    fitted = {}
-    shared = None  # K_V + nλ₁I over D1 is the same for both arms when λ₁ is
-    for arm in (1, 0):
+
+    def __init__(self, *, mode, V, Xo, Y, A, target, nuisance, scores_target, v_kernel, x_kernel, lam0, lam1,
+                 n_threads=0):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}")
+        self.mode = mode
+        self.V, self.Xo, self.Y, self.A = V, Xo, Y, A
+        self.target, self.nuisance = target, nuisance
+        self.scores_target = scores_target
+        self.v_kernel, self.x_kernel = v_kernel, x_kernel
+        self.lam0, self.lam1 = lam0, lam1
+        self.n_threads = n_threads
+        self._second_stage = {}  # λ₁ -> (L_V, jitter): one factor serves both arms when their λ₁ agree
+        if mode != "onestep":
+            self._factor_second_stage(lam1[1])
+
+    def _factor_second_stage(self, lam):
+        if lam not in self._second_stage:
+            rows = self.target
+            self._second_stage[lam] = _backend.kernel_ridge_factor(
+                self.V[rows], self.v_kernel.name, self.v_kernel.bandwidth_array, len(rows) * lam,
+                n_threads=self.n_threads,
+            )
+        return self._second_stage[lam]
+
+    def arm(self, arm: int) -> RidgeFoldArm:
+        """Build arm ``arm``'s estimator on this fold (the pseudo-outcome table in the module docstring)."""
+        V, Xo, Y, A, target, nuisance = self.V, self.Xo, self.Y, self.A, self.target, self.nuisance
         in_arm = A[target] == arm
-        if mode == "onestep":
+        no_x = np.zeros((0, Xo.shape[1]))
+        no_y = np.zeros((0, Y.shape[1]))
+        if self.mode == "onestep":
             rows = target[in_arm]
             L_V, jit_v = _backend.kernel_ridge_factor(
-                V[rows], v_kernel.name, v_kernel.bandwidth_array, len(rows) * lam1[arm], n_threads=n_threads
+                V[rows], self.v_kernel.name, self.v_kernel.bandwidth_array, len(rows) * self.lam1[arm],
+                n_threads=self.n_threads,
             )
-            n_v = len(rows)
-            fitted[arm] = RidgeFoldArm(
-                L_V=L_V, V1=V[rows], v_kernel=v_kernel, a=np.ones(n_v), Y1=Y[rows], b=np.zeros(n_v),
-                X1=np.zeros((0, Xo.shape[1])), L_X0=_EMPTY, X0=np.zeros((0, Xo.shape[1])),
-                Y0=np.zeros((0, Y.shape[1])), x_kernel=x_kernel, jitter={"V": jit_v},
+            return RidgeFoldArm(
+                L_V=L_V, V1=V[rows], v_kernel=self.v_kernel, a=np.ones(len(rows)), Y1=Y[rows],
+                b=np.zeros(len(rows)), X1=no_x, L_X0=_EMPTY, X0=no_x, Y0=no_y, x_kernel=self.x_kernel,
+                jitter={"V": jit_v},
             )
-            continue
         n = len(target)
-        if shared is not None and shared[0] == lam1[arm]:
-            L_V, jit_v = shared[1], shared[2]
-        else:
-            L_V, jit_v = _backend.kernel_ridge_factor(
-                V[target], v_kernel.name, v_kernel.bandwidth_array, n * lam1[arm], n_threads=n_threads
-            )
-            shared = (lam1[arm], L_V, jit_v)
-        p_arm = scores_target if arm == 1 else 1.0 - scores_target
+        L_V, jit_v = self._factor_second_stage(self.lam1[arm])
+        p_arm = self.scores_target if arm == 1 else 1.0 - self.scores_target
         omega = in_arm / p_arm
-        if mode == "dr":
+        if self.mode == "dr":
             a, b = omega, 1.0 - omega
-        elif mode == "ipw":
+        elif self.mode == "ipw":
             a, b = omega, np.zeros(n)
         else:  # "pi"
             a, b = np.zeros(n), np.ones(n)
         jitter = {"V": jit_v}
         if np.any(b != 0):
             rows0 = nuisance[A[nuisance] == arm]
-            L_X0, jit_x = _backend.kernel_ridge_factor(
-                Xo[rows0], x_kernel.name, x_kernel.bandwidth_array, len(rows0) * lam0[arm], n_threads=n_threads
+            L_X0, jitter["X"] = _backend.kernel_ridge_factor(
+                Xo[rows0], self.x_kernel.name, self.x_kernel.bandwidth_array, len(rows0) * self.lam0[arm],
+                n_threads=self.n_threads,
             )
-            jitter["X"] = jit_x
             X1, X0, Y0 = Xo[target], Xo[rows0], Y[rows0]
         else:
-            L_X0, X1 = _EMPTY, np.zeros((0, Xo.shape[1]))
-            X0, Y0 = np.zeros((0, Xo.shape[1])), np.zeros((0, Y.shape[1]))
-        fitted[arm] = RidgeFoldArm(
-            L_V=L_V, V1=V[target], v_kernel=v_kernel, a=np.ascontiguousarray(a, dtype=np.float64), Y1=Y[target],
-            b=np.ascontiguousarray(b, dtype=np.float64), X1=X1, L_X0=L_X0, X0=X0, Y0=Y0, x_kernel=x_kernel,
-            jitter=jitter,
+            L_X0, X1, X0, Y0 = _EMPTY, no_x, no_x, no_y
+        return RidgeFoldArm(
+            L_V=L_V, V1=V[target], v_kernel=self.v_kernel, a=np.ascontiguousarray(a, dtype=np.float64),
+            Y1=Y[target], b=np.ascontiguousarray(b, dtype=np.float64), X1=X1, L_X0=L_X0, X0=X0, Y0=Y0,
+            x_kernel=self.x_kernel, jitter=jitter,
         )
-    return fitted
