@@ -11,7 +11,7 @@ given a chosen subset V of the covariates, p(Y^a | V = v), doubly robustly
 >>> print(res.summary())  # doctest: +SKIP
 """
 
-from . import datasets
+from . import datasets, errors
 from ._api import METHODS, MODES, RIDGE_DEFAULTS, fit
 from .errors import (
     CcmeError,
@@ -29,21 +29,4 @@ from .result import CCMEResult
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "fit",
-    "CCMEResult",
-    "datasets",
-    "METHODS",
-    "MODES",
-    "RIDGE_DEFAULTS",
-    "CcmeError",
-    "FormulaError",
-    "DataError",
-    "ParameterError",
-    "PositivityError",
-    "NumericalError",
-    "NotFittedError",
-    "CcmeWarning",
-    "OverlapWarning",
-    "DataWarning",
-]
+__all__ = ["fit", "CCMEResult", "datasets", "METHODS", "MODES", "RIDGE_DEFAULTS", *errors.__all__]
