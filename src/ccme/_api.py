@@ -9,31 +9,16 @@ import numpy as np
 from .crossfit import make_folds
 from .embedding import ArmEmbedding
 from .errors import DataError, ParameterError
-from .estimators.ridge import MODES, RidgeFold
+from .estimators import ESTIMATORS, get_estimator
+from .estimators.base import resolve_options
+from .estimators.ridge import MODES, RIDGE_DEFAULTS
 from .formula import build_design, parse_formula
-from .kernels import resolve_kernel
 from .propensity import clip_scores, make_propensity, overlap_diagnostics
 from .result import CCMEResult
 
 __all__ = ["fit", "METHODS", "MODES", "RIDGE_DEFAULTS"]
 
-METHODS = ("ridge",)
-
-#: Documented defaults of the ridge estimator's hyperparameters.  The penalty
-#: 0.01 (both stages, K + nλI) was the best of {1e-4, 1e-3, 1e-2, 3e-2, 0.1}
-#: for the doubly robust fit on the paper's simulation at n = 2000 and 4000
-#: (integrated squared error; benchmarks/paper_defaults.py reruns that check).
-RIDGE_DEFAULTS = {
-    "lam0": 1e-2,          # first stage, K_X0 + mλ₀I
-    "lam1": 1e-2,          # second stage, K_V + nλ₁I
-    "x_kernel": "gaussian",
-    "v_kernel": "gaussian",
-    "y_kernel": "gaussian",
-    "x_bandwidth": "median",
-    "v_bandwidth": "median",
-    "y_bandwidth": "silverman",
-}
-_RIDGE_ALIASES = {"lam": ("lam0", "lam1"), "kernel": ("x_kernel", "v_kernel")}
+METHODS = tuple(ESTIMATORS)
 _MIN_ARM_UNITS = 5
 
 
@@ -110,13 +95,12 @@ def fit(
     """
     started = time.perf_counter()
     call = _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters)
-    if method not in METHODS:
-        raise ParameterError(f"`method` must be one of {list(METHODS)}; got {method!r}")
+    estimator = get_estimator(method)
     if mode not in MODES:
         raise ParameterError(f"`mode` must be one of {list(MODES)}; got {mode!r}")
     if not isinstance(clip, (int, float)) or not 0.0 <= clip < 0.5:
         raise ParameterError(f"`clip` must be a number in [0, 0.5); got {clip!r}")
-    options = _ridge_options(hyperparameters)
+    options = resolve_options(estimator, hyperparameters)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)
@@ -141,13 +125,7 @@ def fit(
     Xp = design.X[:, prop_cols]
     Xo = np.ascontiguousarray(design.X[:, out_cols])
 
-    kernel_seed = int(rng.integers(2**31 - 1))
-    x_kernel = resolve_kernel(options["x_kernel"], options["x_bandwidth"], Xo, what="x_bandwidth", seed=kernel_seed)
-    v_kernel = resolve_kernel(options["v_kernel"], options["v_bandwidth"], design.V, what="v_bandwidth", seed=kernel_seed)
-    y_kernel = resolve_kernel(
-        options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth", seed=kernel_seed, density=True
-    )
-    lam0, lam1 = options["lam0"], options["lam1"]
+    prepared = estimator.prepare(options, design=design, Xo=Xo, seed=int(rng.integers(2**31 - 1)))
 
     prop_model = make_propensity(propensity, n, rng.integers(2**31 - 1))
     scores = np.empty(n)
@@ -161,23 +139,24 @@ def fit(
     overlap = overlap_diagnostics(scores, design.A, clip, warn=mode in ("dr", "ipw"))
     clipped = clip_scores(scores, clip)
 
-    ridge_started = time.perf_counter()
-    for fold in fold_list:
+    estimator_started = time.perf_counter()
+    fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
+    for fold, fold_seed in zip(fold_list, fold_seeds):
         fitted_folds.append(
-            RidgeFold(
-                mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target, nuisance=fold.nuisance,
-                scores_target=clipped[fold.target], v_kernel=v_kernel, x_kernel=x_kernel, lam0=lam0, lam1=lam1,
-                n_threads=n_threads,
+            estimator.fit_fold(
+                prepared, mode=mode, design=design, Xo=Xo, fold=fold, scores_target=clipped[fold.target],
+                seed=int(fold_seed), n_threads=n_threads,
             )
         )
-    ridge_seconds = time.perf_counter() - ridge_started
-    # Each arm's estimators are built on first use (see RidgeFold).
+    estimator_seconds = time.perf_counter() - estimator_started
+    # Each arm's fold estimators are built on first use (see RidgeFold).
+    y_kernel = prepared["kernels"]["y"]
     embeddings = {
         arm: ArmEmbedding(lambda arm=arm: [f.arm(arm) for f in fitted_folds], y_kernel, n_threads) for arm in (1, 0)
     }
     timing = {
         "propensity": prop_seconds,
-        "ridge": ridge_seconds,
+        "estimator": estimator_seconds,
         "total": time.perf_counter() - started,
     }
     return CCMEResult(
@@ -187,8 +166,9 @@ def fit(
         mode=mode,
         folds=fold_list,
         seed=seed,
-        kernels={"x": x_kernel, "v": v_kernel, "y": y_kernel},
-        penalties={"lam0": lam0, "lam1": lam1},
+        estimator=estimator,
+        options=options,
+        prepared=prepared,
         propensity=prop_model.name,
         propensity_columns=tuple(design.x_names[i] for i in prop_cols),
         outcome_columns=tuple(design.x_names[i] for i in out_cols),
@@ -197,48 +177,6 @@ def fit(
         timing=timing,
         clip=clip,
     )
-
-
-def _ridge_options(hyperparameters: dict) -> dict:
-    options = dict(RIDGE_DEFAULTS)
-    allowed = set(RIDGE_DEFAULTS) | set(_RIDGE_ALIASES)
-    unknown = sorted(set(hyperparameters) - allowed)
-    if unknown:
-        raise ParameterError(
-            f"unknown hyperparameter(s) {unknown} for method 'ridge'; allowed: {sorted(allowed)}"
-        )
-    for alias, targets in _RIDGE_ALIASES.items():
-        if alias in hyperparameters:
-            clash = [t for t in targets if t in hyperparameters]
-            if clash:
-                raise ParameterError(f"give either `{alias}` or {clash}, not both")
-            for t in targets:
-                options[t] = hyperparameters[alias]
-    for key in RIDGE_DEFAULTS:
-        if key in hyperparameters:
-            options[key] = hyperparameters[key]
-    for key in ("lam0", "lam1"):
-        options[key] = _per_arm_penalty(options[key], key)
-    return options
-
-
-def _per_arm_penalty(value, name: str) -> dict:
-    if isinstance(value, dict):
-        if set(value) != {0, 1}:
-            raise ParameterError(f"`{name}` as a dict must have the keys 1 and 0 (the arms); got {sorted(value)}")
-        return {arm: _positive(value[arm], name) for arm in (1, 0)}
-    v = _positive(value, name)
-    return {1: v, 0: v}
-
-
-def _positive(value, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ParameterError(f"`{name}` must be a positive number; got {value!r}") from None
-    if not (v > 0 and np.isfinite(v)):
-        raise ParameterError(f"`{name}` must be a positive number; got {value!r}")
-    return v
 
 
 def _check_fold_arms(A, fold_list, mode) -> None:

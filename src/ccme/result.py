@@ -26,17 +26,23 @@ class CCMEResult:
     method, mode : str
     seed : int
         The seed used (drawn when ``fit`` got ``seed=None``).
+    options : dict
+        The hyperparameters as given (defaults filled in, rules unresolved).
+    hyperparameters : dict
+        The hyperparameters as used (rules such as the median heuristic resolved).
     kernels : dict
-        ``"x"``, ``"v"``, ``"y"`` → :class:`ccme.kernels.Kernel` as used.
+        ``"x"``, ``"v"``, ``"y"`` → :class:`ccme.kernels.Kernel` as used
+        (``"y"``, the outcome kernel, for every method).
     penalties : dict
-        ``"lam0"``, ``"lam1"`` → {arm: λ} in the paper's convention K + nλI.
+        ``"lam0"``, ``"lam1"`` → {arm: λ} in the paper's convention K + nλI
+        (for the methods that have them).
     overlap : ccme.propensity.Overlap
         Cross-fitted propensity scores and their diagnostics.
     timing : dict
         Seconds spent in each step of the fit.
     """
 
-    def __init__(self, *, call, design, method, mode, folds, seed, kernels, penalties, propensity,
+    def __init__(self, *, call, design, method, mode, folds, seed, estimator, options, prepared, propensity,
                  propensity_columns, outcome_columns, overlap, embeddings, timing, clip):
         self.call = call
         self.design = design
@@ -45,8 +51,11 @@ class CCMEResult:
         self.mode = mode
         self.folds = folds
         self.seed = seed
-        self.kernels = kernels
-        self.penalties = penalties
+        self.estimator = estimator
+        self.options = options
+        self.hyperparameters = prepared
+        self.kernels = prepared["kernels"]
+        self.penalties = {k: prepared[k] for k in ("lam0", "lam1") if k in prepared}
         self.propensity = propensity
         self.propensity_columns = propensity_columns
         self.outcome_columns = outcome_columns

@@ -22,7 +22,6 @@ _MODE_NAMES = {
     "pi": "plug-in",
     "onestep": "one-step",
 }
-_METHOD_NAMES = {"ridge": "kernel ridge regression"}
 
 
 def _fmt(x: float) -> str:
@@ -61,17 +60,6 @@ class Summary:
              + (f"; {design.n_dropped} rows with missing values dropped" if design.n_dropped else "")),
             ("Cross-fitting", f"{res.n_folds} folds, seed {res.seed}"),
         ]
-        k = res.kernels
-        kernel_rows = [
-            ("X (outcome model)", k["x"].describe(res.outcome_columns)),
-            ("V (second stage)", k["v"].describe(design.v_names)),
-            ("Y (density)", k["y"].describe(design.y_names)),
-        ]
-        lam0, lam1 = res.penalties["lam0"], res.penalties["lam1"]
-        penalty_rows = [
-            ("lambda0 (stage 1)", _per_arm(lam0)),
-            ("lambda1 (stage 2)", _per_arm(lam1)),
-        ]
         ov = res.overlap
         scores = ov.scores
         prop_rows = [
@@ -89,17 +77,15 @@ class Summary:
         else:
             table_title = "Estimated distributions at the given profiles"
         table = _profile_table(res, newdata)
-        jitters = [v for f in res._embeddings[1].parts + res._embeddings[0].parts for v in f.jitter.values()]
-        sections = [
-            ("Data", tuple(data_rows)),
-            ("Kernels", tuple(kernel_rows)),
-            ("Penalties (K + n*lambda*I)", tuple(penalty_rows)),
-            ("Propensity", tuple(prop_rows)),
-        ]
+        parts = res._embeddings[1].parts + res._embeddings[0].parts
+        jitters = [v for f in parts for v in getattr(f, "jitter", {}).values()]
+        sections = [("Data", tuple(data_rows))]
+        sections += [(title, tuple(rows)) for title, rows in res.estimator.describe(res.hyperparameters, res)]
+        sections.append(("Propensity", tuple(prop_rows)))
         if any(j > 0 for j in jitters):
             sections.append(("Numerics", (("Cholesky jitter", f"up to {max(jitters):.3g} added"),)))
         title = (
-            f"Conditional counterfactual distributions: {_METHOD_NAMES.get(res.method, res.method)} CCME, "
+            f"Conditional counterfactual distributions: {res.estimator.title} CCME, "
             f"{_MODE_NAMES[res.mode]}"
         )
         return cls(title=title, call=res.call, sections=tuple(sections), table=table, table_title=table_title)
@@ -141,12 +127,6 @@ class Summary:
     def to_frame(self) -> pd.DataFrame:
         """The profile table (means and standard deviations of Y¹ and Y⁰)."""
         return self.table.copy()
-
-
-def _per_arm(values: dict) -> str:
-    if values[1] == values[0]:
-        return f"{values[1]:.4g} (both arms)"
-    return f"{values[1]:.4g} (treated), {values[0]:.4g} (control)"
 
 
 def _profile_table(res, newdata) -> pd.DataFrame:

@@ -12,6 +12,16 @@ represents μ̂(v) = Σ_k c_k(v) φ(y_k) and can
 :mod:`ccme.embedding` builds every functional from these two.
 """
 
-from .ridge import RidgeFold, RidgeFoldArm
+from ..errors import ParameterError
+from .ridge import RidgeEstimator, RidgeFold, RidgeFoldArm
 
-__all__ = ["RidgeFold", "RidgeFoldArm"]
+__all__ = ["ESTIMATORS", "get_estimator", "RidgeEstimator", "RidgeFold", "RidgeFoldArm"]
+
+#: method name -> estimator (see :mod:`ccme.estimators.base` for what one provides)
+ESTIMATORS = {"ridge": RidgeEstimator()}
+
+
+def get_estimator(method: str):
+    if method not in ESTIMATORS:
+        raise ParameterError(f"`method` must be one of {list(ESTIMATORS)}; got {method!r}")
+    return ESTIMATORS[method]
