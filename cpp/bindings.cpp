@@ -7,6 +7,7 @@
 
 #include "ccme/cholesky.hpp"
 #include "ccme/kernels.hpp"
+#include "ccme/mmd.hpp"
 #include "ccme/parallel.hpp"
 #include "ccme/ridge.hpp"
 
@@ -111,4 +112,16 @@ PYBIND11_MODULE(_core, m) {
         py::arg("b"), py::arg("X1"), py::arg("L_X0"), py::arg("X0"), py::arg("x_kernel"),
         py::arg("x_bandwidth"), py::arg("V_eval"), py::arg("n_threads") = 0,
         "(c1 (n, ne), c0 (m, ne)): embedding weights on the atoms Y1 and Y0.");
+
+    m.def(
+        "kernel_quadratic_forms",
+        [](CRef Z, CRef W, const std::string& kernel, CVRef bandwidth, bool normalized,
+           int n_threads) {
+            py::gil_scoped_release nogil;
+            DenormalGuard ftz;
+            return kernel_quadratic_forms(Z, W, kernel, bandwidth, normalized, n_threads);
+        },
+        py::arg("Z"), py::arg("W"), py::arg("kernel"), py::arg("bandwidth"),
+        py::arg("normalized") = true, py::arg("n_threads") = 0,
+        "q[e] = W[:, e]^T k(Z, Z) W[:, e] without forming k(Z, Z) (MMD between embeddings).");
 }

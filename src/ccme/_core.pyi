@@ -63,3 +63,6 @@ def ridge_weights(
     V_eval: _ArrayLike,
     n_threads: int = 0,
 ) -> tuple[_F, _F]: ...
+def kernel_quadratic_forms(
+    Z: _ArrayLike, W: _ArrayLike, kernel: str, bandwidth: _ArrayLike, normalized: bool = True, n_threads: int = 0
+) -> _F: ...

@@ -122,3 +122,9 @@ def ridge_contract(L_V, V1, v_kernel, v_bandwidth, a, Y1, b, X1, L_X0, X0, Y0, x
         out = np.zeros((len(_2d(V_eval)), q))
     out += scale * result
     return out
+
+
+def kernel_quadratic_forms(Z, W, kernel, bandwidth, normalized=True, n_threads=0):
+    Z, W = _2d(Z), _2d(W)
+    K = gram(Z, Z, kernel, bandwidth, normalized=normalized)
+    return np.einsum("ke,kl,le->e", W, K, W)
