@@ -13,12 +13,23 @@ represents μ̂(v) = Σ_k c_k(v) φ(y_k) and can
 """
 
 from ..errors import ParameterError
+from .deep_feature import DeepFeatureEstimator
+from .neural_kernel import NeuralKernelEstimator
 from .ridge import RidgeEstimator, RidgeFold, RidgeFoldArm
+from .training import paper_options
 
-__all__ = ["ESTIMATORS", "get_estimator", "RidgeEstimator", "RidgeFold", "RidgeFoldArm"]
+__all__ = [
+    "ESTIMATORS", "get_estimator", "RidgeEstimator", "RidgeFold", "RidgeFoldArm",
+    "DeepFeatureEstimator", "NeuralKernelEstimator", "paper_options",
+]
 
-#: method name -> estimator (see :mod:`ccme.estimators.base` for what one provides)
-ESTIMATORS = {"ridge": RidgeEstimator()}
+#: method name -> estimator (see :mod:`ccme.estimators.base` for what one provides).
+#: The neural estimators import torch only when used (``pip install "ccme[neural]"``).
+ESTIMATORS = {
+    "ridge": RidgeEstimator(),
+    "deep_feature": DeepFeatureEstimator(),
+    "neural_kernel": NeuralKernelEstimator(),
+}
 
 
 def get_estimator(method: str):

@@ -1,0 +1,422 @@
+"""The Deep Feature CCME (paper, Section "Deep Feature Estimator", Algorithm "Deep Feature Estimator").
+
+Stage 1 (on the arm's units of D0): a network ψ₀ on X with M outputs learns
+features by minimising the trace loss, eq. (first_stage_DF_psi),
+
+    L₀(θ) = (1/m) Tr(K_Y0 (I − Ψ₀(Ψ₀ᵀΨ₀ + mλ₀I)⁻¹Ψ₀ᵀ)),
+
+which is the regression's least-squares error with the optimal operator Ĉ
+(eq. C_hat) plugged in.  μ̂₀(x) = Φ₀ P₀ ψ₀(x) with P₀ = Ψ̂₀(Ψ̂₀ᵀΨ̂₀ + mλ₀I)⁻¹.
+
+Stage 2 (on D1): a network ψ on V minimises the same loss with the Gram
+matrix K_ξ of the pseudo-outcomes ξ_i = a_i φ(Y_i) + b_i μ̂₀(X_i) of the
+mode (coefficients a, b as in :mod:`ccme.estimators.ridge`): for DR the
+four-term K_ξ of Algorithm "Deep Feature Estimator", for IPW D_ωK_Y1D_ω and
+for the plug-in Ψ̂₀₁ᵀP₀ᵀK_Y0P₀Ψ̂₀₁ (Appendix "Baseline Estimators").  One-step
+regresses φ(Y) on V among the arm's D1 units with the stage-1 loss.
+
+K_ξ is never formed: :class:`PseudoOutcomeGram` builds ΨᵀK_ξΨ from the
+kernel matrix among the units with a_i ≠ 0 (the arm's units for IPW and DR;
+none for the plug-in) and rank-M₀ terms, so full-batch training at
+n = 20000 needs memory for one (n_arm × n_arm) kernel block only.
+
+The fitted estimator is the closed form, eq. (df_density):
+
+    c(v) = [D_a Ψ ; P₀ Ψ̂₀₁ᵀ D_b Ψ] (ΨᵀΨ + nλ₁I)⁻¹ ψ(v)
+
+over the atoms [Y_i (a_i ≠ 0) ; Y0], with Ψ over all D1 units.
+
+Penalties follow the paper's equations (``lam_scaling="n"``: mλ₀, nλ₁, the
+ridge estimator's convention); ``lam_scaling="none"`` adds λ unscaled, as the
+paper's reference code does with its λ = 20 (see :func:`paper_options`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _backend
+from ..errors import ParameterError
+from ..kernels import resolve_kernel
+from .base import FactoredArm
+from .ridge import _per_arm_text, per_arm_positive
+from .training import (
+    NEURAL_DEFAULTS,
+    NeuralFold,
+    Standardizer,
+    describe_training,
+    make_mlp,
+    network_outputs,
+    pseudo_outcome_coefficients,
+    require_torch,
+    resolve_training,
+    split_units,
+    stage_generator,
+    torch_device,
+    torch_dtype,
+    train_stage,
+    _positive_int,
+)
+
+__all__ = ["DeepFeatureEstimator", "DeepFeatureFoldArm", "PseudoOutcomeGram", "DEEP_FEATURE_DEFAULTS",
+           "trace_loss", "heldout_loss"]
+
+#: Documented defaults of the Deep Feature estimator (the training options
+#: are :data:`ccme.estimators.training.NEURAL_DEFAULTS`).  M = 20 features as
+#: in the paper; λ₀ = λ₁ = 0.01 in the paper's convention ΨᵀΨ + nλI, the
+#: ridge estimator's default (the paper's λ = 20 unscaled is nλ with
+#: λ ≈ 0.008 at its n = 5000, folds of 2500).
+DEEP_FEATURE_DEFAULTS = {
+    **NEURAL_DEFAULTS,
+    "M": 20,
+    "lam0": 1e-2,
+    "lam1": 1e-2,
+    "lam_scaling": "n",
+    "y_kernel": "gaussian",
+    "y_bandwidth": "silverman",
+}
+
+_BLOCK_BYTES = 64 * 2**20
+
+
+def _gram_times(A, B, kernel, P, n_threads=0):
+    """k(A, B) @ P with the normalised kernel, in row blocks of at most 64 MiB."""
+    out = np.zeros((len(A), P.shape[1]))
+    if len(A) == 0 or len(B) == 0:
+        return out
+    rows = max(1, _BLOCK_BYTES // (8 * len(B)))
+    for i in range(0, len(A), rows):
+        block = _backend.gram(A[i:i + rows], B, kernel.name, kernel.bandwidth_array, normalized=True,
+                              n_threads=n_threads)
+        out[i:i + rows] = block @ P
+    return out
+
+
+def _kernel_at_zero(kernel) -> float:
+    """k(y, y) of the normalised outcome kernel (the same for every y)."""
+    d = len(kernel.bandwidth)
+    return float(_backend.gram(np.zeros((1, d)), np.zeros((1, d)), kernel.name, kernel.bandwidth_array,
+                               normalized=True)[0, 0])
+
+
+class PseudoOutcomeGram:
+    """Inner products of pseudo-outcomes ξ_i = a_i φ(y_i) + Φ₀ P₀ u_i, without an n × n matrix.
+
+    ⟨ξ_i, ξ_j⟩ = a_i a_j k(y_i, y_j) + a_i r_iᵀu_j + u_iᵀr_j a_j + u_iᵀ S u_j, with
+    r_i = P₀ᵀ k_Y0(y_i) and S = P₀ᵀ K_Y0 P₀ (M₀ × M₀).  For the DR mode
+    (u_i = (1 − ω_i) ψ̂₀(X_1i)) this is the four-term K_ξ of Algorithm "Deep
+    Feature Estimator"; without ``U`` it is D_a K_Y D_a.
+
+    Parameters
+    ----------
+    a : (n,)
+    Y : (n, d_y)
+    y_kernel : Kernel
+        The normalised outcome kernel.
+    U : (n, M₀), optional
+        First-stage coefficients u_i = b_i ψ̂₀(X_1i).
+    P0 : (m, M₀), Y0 : (m, d_y)
+        First-stage loadings Ψ̂₀(Ψ̂₀ᵀΨ̂₀ + mλ₀I)⁻¹ and outcomes.
+    """
+
+    def __init__(self, a, Y, y_kernel, U=None, P0=None, Y0=None, n_threads=0):
+        self.a = np.asarray(a, dtype=np.float64)
+        self.Y = Y
+        self.kernel = y_kernel
+        self.n_threads = n_threads
+        self.U = U
+        diag = self.a**2 * _kernel_at_zero(y_kernel)
+        if U is not None:
+            direct = self.a != 0
+            self.S = P0.T @ _gram_times(Y0, Y0, y_kernel, P0, n_threads)
+            self.R = np.zeros((len(self.a), P0.shape[1]))
+            self.R[direct] = _gram_times(Y[direct], Y0, y_kernel, P0, n_threads)
+            diag = diag + 2 * self.a * np.sum(self.R * U, axis=1) + np.sum((U @ self.S) * U, axis=1)
+        self.diag = diag
+
+    @property
+    def n(self) -> int:
+        return len(self.a)
+
+    def block(self, rows_a, rows_b, dtype, device) -> "GramBlock":
+        """The block K_ξ[rows_a, rows_b] in factored form, as torch tensors."""
+        return GramBlock(self, np.asarray(rows_a), np.asarray(rows_b), dtype, device)
+
+    def dense(self) -> np.ndarray:
+        """K_ξ as an n × n matrix (for tests and small problems)."""
+        direct = np.flatnonzero(self.a != 0)
+        K = np.zeros((self.n, self.n))
+        if len(direct):
+            K[np.ix_(direct, direct)] = (
+                self.a[direct, None] * self.a[None, direct]
+                * _backend.gram(self.Y[direct], self.Y[direct], self.kernel.name, self.kernel.bandwidth_array,
+                                normalized=True)
+            )
+        if self.U is not None:
+            cross = (self.a[:, None] * self.R) @ self.U.T
+            K += cross + cross.T + self.U @ self.S @ self.U.T
+        return K
+
+
+class GramBlock:
+    """K_ξ[A, B] of a :class:`PseudoOutcomeGram`, kept factored; :meth:`project` gives Ψ_Aᵀ K_ξ[A, B] Ψ_B."""
+
+    def __init__(self, gram: PseudoOutcomeGram, rows_a, rows_b, dtype, device):
+        torch = require_torch()
+        self._t = lambda x: torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
+        self._dtype, self._device = dtype, device
+        a = gram.a
+        self.pos_a = np.flatnonzero(a[rows_a] != 0)      # positions in rows_a of units with a_i ≠ 0
+        self.pos_b = np.flatnonzero(a[rows_b] != 0)
+        da, db = rows_a[self.pos_a], rows_b[self.pos_b]
+        self.ia = torch.as_tensor(self.pos_a, device=device)
+        self.ib = torch.as_tensor(self.pos_b, device=device)
+        self.wa, self.wb = self._t(a[da][:, None]), self._t(a[db][:, None])
+        if len(da) and len(db):
+            K = _backend.gram(gram.Y[da], gram.Y[db], gram.kernel.name, gram.kernel.bandwidth_array,
+                              normalized=True, n_threads=gram.n_threads)
+        else:
+            K = np.zeros((len(da), len(db)))
+        self.K = self._t(K)
+        self.factored = gram.U is not None
+        if self.factored:
+            self.Ua, self.Ub = self._t(gram.U[rows_a]), self._t(gram.U[rows_b])
+            self.Ra, self.Rb = self._t(gram.R[da]), self._t(gram.R[db])
+            self.S = self._t(gram.S)
+        self.diag_a = self._t(gram.diag[rows_a])
+        self.trace_a = float(np.sum(gram.diag[rows_a]))
+
+    def project(self, Psi_a, Psi_b):
+        """Ψ_Aᵀ K_ξ[A, B] Ψ_B (M × M), differentiable in Ψ_A and Ψ_B."""
+        Wa = self.wa * Psi_a[self.ia]
+        Wb = self.wb * Psi_b[self.ib]
+        total = Wa.T @ (self.K @ Wb)
+        if self.factored:
+            Za = self.Ua.T @ Psi_a
+            Zb = self.Ub.T @ Psi_b
+            total = total + (Wa.T @ self.Ra) @ Zb + Za.T @ (self.Rb.T @ Wb) + Za.T @ (self.S @ Zb)
+        return total
+
+    def sub(self, positions):
+        """The square sub-block at ``positions`` (a LongTensor of positions among this block's rows)."""
+        torch = require_torch()
+        sub = GramBlock.__new__(GramBlock)
+        sub._t, sub._dtype, sub._device = self._t, self._dtype, self._device
+        lookup = torch.full((len(self.diag_a),), -1, dtype=torch.long, device=self._device)
+        lookup[self.ia] = torch.arange(len(self.ia), device=self._device)
+        d = lookup[positions]
+        keep = d >= 0
+        d = d[keep]
+        sub.ia = sub.ib = torch.nonzero(keep).reshape(-1)
+        sub.wa = sub.wb = self.wa[d]
+        sub.K = self.K[d][:, d]
+        sub.factored = self.factored
+        if self.factored:
+            sub.Ua = sub.Ub = self.Ua[positions]
+            sub.Ra = sub.Rb = self.Ra[d]
+            sub.S = self.S
+        sub.diag_a = self.diag_a[positions]
+        sub.trace_a = sub.diag_a.sum()
+        return sub
+
+
+def trace_loss(block: GramBlock, Psi, lam_eff: float):
+    """(1/n) Tr(K_ξ (I − Ψ(ΨᵀΨ + λ_eff I)⁻¹Ψᵀ)), eq. (first_stage_DF_psi), on a square block.
+
+    Equals (1/n) Σ‖Ĉψ(v_i) − ξ_i‖² + (λ_eff/n)‖Ĉ‖²_HS at the optimal Ĉ of eq. (C_hat).
+    """
+    torch = require_torch()
+    G = Psi.T @ Psi + lam_eff * torch.eye(Psi.shape[1], dtype=Psi.dtype, device=Psi.device)
+    return (block.trace_a - torch.trace(torch.linalg.solve(G, block.project(Psi, Psi)))) / Psi.shape[0]
+
+
+def heldout_loss(train_block: GramBlock, cross_block: GramBlock, Psi_t, Psi_s, lam_eff: float):
+    """(1/|S|) Σ_{j∈S} ‖Ĉ ψ(v_j) − ξ_j‖² with Ĉ fitted on the training units T.
+
+    With G = Ψ_TᵀΨ_T + λ_eff I: Tr(G⁻¹P_TT G⁻¹Ψ_SᵀΨ_S) − 2 Tr(G⁻¹P_ST) + Tr K_ξ[S, S],
+    P_TT = Ψ_TᵀK_ξ[T, T]Ψ_T, P_ST = Ψ_SᵀK_ξ[S, T]Ψ_T.
+    """
+    torch = require_torch()
+    G = Psi_t.T @ Psi_t + lam_eff * torch.eye(Psi_t.shape[1], dtype=Psi_t.dtype, device=Psi_t.device)
+    A = torch.linalg.solve(G, train_block.project(Psi_t, Psi_t))
+    B = torch.linalg.solve(G, Psi_s.T @ Psi_s)
+    fit = torch.sum(A * B.T)
+    cross = torch.trace(torch.linalg.solve(G, cross_block.project(Psi_s, Psi_t)))
+    return (fit - 2 * cross + cross_block.trace_a) / Psi_s.shape[0]
+
+
+class _FeatureMap:
+    """A trained feature network ψ and its closed-form pieces over the stage's units."""
+
+    def __init__(self, net, standardizer, Psi, G, history, dtype, device):
+        self.net, self.standardizer = net, standardizer
+        self.Psi, self.G = Psi, G
+        self.history = history
+        self.dtype, self.device = dtype, device
+
+    def __call__(self, Z) -> np.ndarray:
+        return network_outputs(self.net, self.standardizer, Z, self.dtype, self.device)
+
+
+def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, stage, generator, label="",
+                    n_threads=0):
+    """Train ψ on inputs ``Z`` (n × d) against the pseudo-outcomes of ``gram`` (trace loss)."""
+    torch = require_torch()
+    device, dtype = torch_device(settings), torch_dtype(settings)
+
+    def lam_eff(count):
+        return lam * count if scaling == "n" else lam
+
+    standardizer = Standardizer(Z, settings.standardize)
+    net = make_mlp(Z.shape[1], settings.hidden, M, generator, dtype, device)
+    train, val = split_units(len(Z), settings, generator)
+    Zt = torch.as_tensor(standardizer(Z), dtype=dtype, device=device)
+    train_t = torch.as_tensor(train, device=device)
+    train_block = gram.block(train, train, dtype, device)
+
+    def loss(batch):
+        if batch is None:
+            return trace_loss(train_block, net(Zt[train_t]), lam_eff(len(train)))
+        batch = batch.to(device)
+        return trace_loss(train_block.sub(batch), net(Zt[train_t[batch]]), lam_eff(len(batch)))
+
+    val_loss = None
+    if val is not None:
+        cross_block = gram.block(val, train, dtype, device)
+        val_t = torch.as_tensor(val, device=device)
+
+        def val_loss():
+            return heldout_loss(train_block, cross_block, net(Zt[train_t]), net(Zt[val_t]), lam_eff(len(train)))
+
+    history = train_stage(net, loss, len(train), settings, stage, generator, val_loss_fn=val_loss, label=label,
+                          n_threads=n_threads)
+    Psi = network_outputs(net, standardizer, Z, dtype, device)
+    G = Psi.T @ Psi + lam_eff(len(Z)) * np.eye(M)
+    return _FeatureMap(net, standardizer, Psi, G, history, dtype, device)
+
+
+class DeepFeatureFoldArm(FactoredArm):
+    """The Deep Feature CCME of one arm on one fold: c(v) = L (ΨᵀΨ + nλ₁I)⁻¹ψ(v), eq. (df_density).
+
+    Attributes
+    ----------
+    atoms : (N, d_y)
+        Second-stage outcomes with a_i ≠ 0, then (DR, plug-in) the arm's first-stage outcomes.
+    loadings : (N, M)
+        [D_a Ψ ; P₀ Ψ̂₀₁ᵀ D_b Ψ].
+    history : dict
+        Stage (1, 2) → :class:`ccme.estimators.training.StageHistory`.
+    """
+
+    def __init__(self, atoms, loadings, feature_map: _FeatureMap, history: dict):
+        self.atoms = np.ascontiguousarray(atoms, dtype=np.float64)
+        self.loadings = np.ascontiguousarray(loadings)
+        self.feature_map = feature_map
+        self.history = history
+        self.jitter = {}
+
+    def coefficients(self, V_eval):
+        """h(v) = (ΨᵀΨ + nλ₁I)⁻¹ψ(v), shape (M, n_eval)."""
+        return np.linalg.solve(self.feature_map.G, self.feature_map(V_eval).T)
+
+
+def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_target, prepared, seed, fold_index,
+                           n_threads=0):
+    """Train both stages of one arm on one fold (the module docstring) and return its estimator."""
+    settings = prepared["training"]
+    M, scaling, kernel = prepared["M"], prepared["lam_scaling"], prepared["kernels"]["y"]
+    label = f"fold {fold_index + 1}, arm {arm}, "
+    in_arm = A[target] == arm
+    if mode == "onestep":
+        rows = target[in_arm]
+        gram = PseudoOutcomeGram(np.ones(len(rows)), Y[rows], kernel)
+        fmap = fit_feature_map(V[rows], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
+                               stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
+        return DeepFeatureFoldArm(Y[rows], fmap.Psi, fmap, {1: fmap.history})
+    a, b = pseudo_outcome_coefficients(mode, arm, in_arm, scores_target)
+    history = {}
+    Y1 = Y[target]
+    if np.any(b != 0):
+        rows0 = nuisance[A[nuisance] == arm]
+        gram0 = PseudoOutcomeGram(np.ones(len(rows0)), Y[rows0], kernel)
+        fmap0 = fit_feature_map(Xo[rows0], gram0, lam=prepared["lam0"][arm], scaling=scaling, M=M,
+                                settings=settings, stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
+        history[1] = fmap0.history
+        P0 = np.linalg.solve(fmap0.G, fmap0.Psi.T).T          # Ψ̂₀(Ψ̂₀ᵀΨ̂₀ + mλ₀I)⁻¹, symmetric G
+        U = b[:, None] * fmap0(Xo[target])                     # D_b Ψ̂₀₁ᵀ
+        gram = PseudoOutcomeGram(a, Y1, kernel, U=U, P0=P0, Y0=Y[rows0])
+    else:
+        U = None
+        gram = PseudoOutcomeGram(a, Y1, kernel)
+    fmap = fit_feature_map(V[target], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
+                           stage=2, generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
+    history[2] = fmap.history
+    direct = a != 0
+    atoms, loadings = [Y1[direct]], [a[direct, None] * fmap.Psi[direct]]
+    if U is not None:
+        atoms.append(Y[rows0])
+        loadings.append(P0 @ (U.T @ fmap.Psi))
+    return DeepFeatureFoldArm(np.vstack(atoms), np.vstack(loadings), fmap, history)
+
+
+class DeepFeatureEstimator:
+    """``method="deep_feature"``: neural feature maps in both stages (see the module docstring)."""
+
+    name = "deep_feature"
+    title = "deep feature"
+    defaults = DEEP_FEATURE_DEFAULTS
+    aliases = {"lam": ("lam0", "lam1")}
+
+    def prepare(self, options: dict, *, design, Xo, seed: int) -> dict:
+        require_torch()
+        if options["lam_scaling"] not in ("n", "none"):
+            raise ParameterError(f"`lam_scaling` must be 'n' or 'none'; got {options['lam_scaling']!r}")
+        return {
+            "kernels": {
+                "y": resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
+                                    seed=seed, density=True),
+            },
+            "training": resolve_training(options),
+            "M": _positive_int(options["M"], "M"),
+            "lam0": per_arm_positive(options["lam0"], "lam0"),
+            "lam1": per_arm_positive(options["lam1"], "lam1"),
+            "lam_scaling": options["lam_scaling"],
+        }
+
+    def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> NeuralFold:
+        return NeuralFold(
+            build_deep_feature_arm, mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target,
+            nuisance=fold.nuisance, scores_target=scores_target, prepared=prepared, seed=seed,
+            fold_index=fold.index, n_threads=n_threads,
+        )
+
+    def describe(self, prepared, result) -> list:
+        convention = "Psi'Psi + n*lambda*I" if prepared["lam_scaling"] == "n" else "Psi'Psi + lambda*I, unscaled"
+        return [
+            ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(result.design.y_names))]),
+            (f"Deep features (M = {prepared['M']}; {convention})", [
+                ("lambda0 (stage 1)", _per_arm_text(prepared["lam0"])),
+                ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"])),
+            ]),
+            ("Training", describe_training(prepared["training"]) + training_rows(result)),
+        ]
+
+
+def training_rows(result) -> list:
+    """Summary rows: epochs run and seconds per stage, over the fitted folds and arms."""
+    rows = []
+    for arm in (1, 0):
+        parts = result._embeddings[arm].parts
+        for stage in (1, 2):
+            runs = [p.history[stage] for p in parts if stage in p.history]
+            if not runs:
+                continue
+            epochs = [len(h.train) for h in runs]
+            early = sum(h.stopped_early for h in runs)
+            seconds = sum(h.seconds for h in runs)
+            text = f"{min(epochs)}–{max(epochs)} epochs" if min(epochs) != max(epochs) else f"{epochs[0]} epochs"
+            text += f" over {len(runs)} fold(s), {seconds:.1f} s"
+            if early:
+                text += f", {early} stopped early"
+            rows.append((f"{'Treated' if arm == 1 else 'Control'} stage {stage}", text))
+    return rows

@@ -1,0 +1,224 @@
+"""The Neural-Kernel CCME (paper, Section "Neural-Kernel Estimator", Algorithm "Neural-Kernel Estimator").
+
+Over grid points ỹ_1..ỹ_M the embedding is μ̂(v) = Σ_j f(v)_j φ(ỹ_j), f a
+network on V with M outputs, and the density is eq. (nk_density),
+p̂(y | v) = Σ_j f(v)_j k_Y(ỹ_j, y).
+
+Stage 1 (the arm's units of D0): a network g on X minimises
+(1/m) Σ_i [g_iᵀK_M g_i − 2 g_iᵀk_i] with k_i = (k_Y(ỹ_j, Y_0i))_j.
+Stage 2 (D1): f on V minimises eq. (NK_loss), (1/n) Σ_i [f_iᵀK_M f_i − 2 f_iᵀb_i],
+with b_i = ⟨φ(ỹ_j), ξ_i⟩_j = a_i k_i + b_i K_M g(X_1i) for the pseudo-outcome
+coefficients (a, b) of the mode (:mod:`ccme.estimators.ridge`; IPW and plug-in
+as in Appendix "Baseline Estimators").  One-step regresses φ(Y) on V among
+the arm's D1 units with the stage-1 loss.  The losses reported (training
+curves) add the constant (1/n) Σ‖ξ_i‖², so that each is the mean squared
+RKHS error Σ‖μ(V_i) − ξ_i‖²/n itself.
+
+Grid (``grid=``): ``"regular"`` M points from min(Y) to max(Y) (d_y = 1, as
+the paper); ``"kmeans"`` the k-means centres of the outcomes (scikit-learn,
+seeded); ``"random"`` M distinct observed outcomes drawn with the fit's seed;
+``"auto"`` (default) is "regular" for d_y = 1 and "kmeans" otherwise; or an
+array (M, d_y) of points, whose length then sets M.  All outcomes (both arms)
+are used, so both arms share the grid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _backend
+from ..errors import ParameterError
+from ..kernels import resolve_kernel
+from .base import FactoredArm
+from .deep_feature import _kernel_at_zero, training_rows
+from .training import (
+    NEURAL_DEFAULTS,
+    NeuralFold,
+    Standardizer,
+    describe_training,
+    make_mlp,
+    network_outputs,
+    pseudo_outcome_coefficients,
+    require_torch,
+    resolve_training,
+    split_units,
+    stage_generator,
+    torch_device,
+    torch_dtype,
+    train_stage,
+    _positive_int,
+)
+
+__all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAULTS", "nk_loss", "make_grid"]
+
+#: Documented defaults of the Neural-Kernel estimator (training options:
+#: :data:`ccme.estimators.training.NEURAL_DEFAULTS`).  M = 20 grid points as
+#: in the paper.
+NEURAL_KERNEL_DEFAULTS = {
+    **NEURAL_DEFAULTS,
+    "M": 20,
+    "grid": "auto",
+    "y_kernel": "gaussian",
+    "y_bandwidth": "silverman",
+}
+
+
+def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
+    """The grid points ỹ_1..ỹ_M (see the module docstring)."""
+    d = Y.shape[1]
+    if not isinstance(rule, str):
+        grid = np.asarray(rule, dtype=np.float64)
+        if grid.ndim == 1 and d == 1:
+            grid = grid[:, None]
+        if grid.ndim != 2 or grid.shape[1] != d or len(grid) < 1 or not np.all(np.isfinite(grid)):
+            raise ParameterError(f"`grid` as an array must have shape (M, {d}) with finite values; got shape "
+                                 f"{np.shape(rule)}")
+        return np.ascontiguousarray(grid)
+    if rule == "auto":
+        rule = "regular" if d == 1 else "kmeans"
+    if rule == "regular":
+        if d != 1:
+            raise ParameterError("`grid='regular'` needs a one-dimensional outcome; use 'kmeans', 'random' or an array")
+        return np.linspace(Y.min(), Y.max(), M)[:, None]
+    unique = np.unique(Y, axis=0)
+    if len(unique) < M:
+        raise ParameterError(f"`M` = {M} grid points but the outcome takes only {len(unique)} distinct values")
+    if rule == "random":
+        rows = np.random.default_rng(seed).choice(len(unique), M, replace=False)
+        return np.ascontiguousarray(unique[np.sort(rows)])
+    if rule == "kmeans":
+        from sklearn.cluster import KMeans
+
+        centres = KMeans(n_clusters=M, n_init=4, random_state=seed).fit(Y).cluster_centers_
+        return np.ascontiguousarray(centres[np.lexsort(centres.T[::-1])])
+    raise ParameterError(f"`grid` must be 'auto', 'regular', 'kmeans', 'random' or an array; got {rule!r}")
+
+
+def nk_loss(F, T, c, K_M):
+    """(1/n) Σ_i [f_iᵀK_M f_i − 2 f_iᵀt_i + c_i]: the mean squared RKHS error, eq. (NK_loss) plus Σc_i/n."""
+    return ((F @ K_M) * F - 2.0 * F * T).sum(dim=1).mean() + c.mean()
+
+
+class NeuralKernelFoldArm(FactoredArm):
+    """The Neural-Kernel CCME of one arm on one fold: c(v) = f(v) over the grid, eq. (nk_density)."""
+
+    def __init__(self, grid, net, standardizer, history: dict, dtype, device):
+        self.atoms = np.ascontiguousarray(grid)
+        self.loadings = np.eye(len(grid))
+        self.net, self.standardizer = net, standardizer
+        self.history = history
+        self.jitter = {}
+        self._dtype, self._device = dtype, device
+
+    def coefficients(self, V_eval):
+        """f(v), shape (M, n_eval)."""
+        return network_outputs(self.net, self.standardizer, V_eval, self._dtype, self._device).T
+
+
+def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_threads=0):
+    """Train a network on ``Z`` minimising :func:`nk_loss` with per-unit targets ``T`` (n × M) and constants ``c``."""
+    torch = require_torch()
+    device, dtype = torch_device(settings), torch_dtype(settings)
+    standardizer = Standardizer(Z, settings.standardize)
+    net = make_mlp(Z.shape[1], settings.hidden, K_M.shape[0], generator, dtype, device)
+    train, val = split_units(len(Z), settings, generator)
+
+    def tensor(x):
+        return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
+
+    Zt, Tt, ct, Kt = tensor(standardizer(Z)), tensor(T), tensor(c), tensor(K_M)
+    train_t = torch.as_tensor(train, device=device)
+
+    def loss(batch):
+        rows = train_t if batch is None else train_t[batch.to(device)]
+        return nk_loss(net(Zt[rows]), Tt[rows], ct[rows], Kt)
+
+    val_loss = None
+    if val is not None:
+        val_t = torch.as_tensor(val, device=device)
+
+        def val_loss():
+            return nk_loss(net(Zt[val_t]), Tt[val_t], ct[val_t], Kt)
+
+    history = train_stage(net, loss, len(train), settings, stage, generator, val_loss_fn=val_loss, label=label,
+                          n_threads=n_threads)
+    return net, standardizer, history
+
+
+def _kernel_to_grid(Y, grid, kernel):
+    return _backend.gram(Y, grid, kernel.name, kernel.bandwidth_array, normalized=True)
+
+
+def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_target, prepared, seed, fold_index,
+                            n_threads=0):
+    """Train both stages of one arm on one fold (the module docstring) and return its estimator."""
+    settings = prepared["training"]
+    kernel, grid, K_M = prepared["kernels"]["y"], prepared["grid"], prepared["K_M"]
+    device, dtype = torch_device(settings), torch_dtype(settings)
+    k0 = _kernel_at_zero(kernel)
+    label = f"fold {fold_index + 1}, arm {arm}, "
+    in_arm = A[target] == arm
+    if mode == "onestep":
+        rows = target[in_arm]
+        net, std, hist = fit_grid_network(V[rows], _kernel_to_grid(Y[rows], grid, kernel), np.full(len(rows), k0),
+                                          K_M, settings=settings, stage=1, generator=stage_generator(seed, arm, 1),
+                                          label=label, n_threads=n_threads)
+        return NeuralKernelFoldArm(grid, net, std, {1: hist}, dtype, device)
+    a, b = pseudo_outcome_coefficients(mode, arm, in_arm, scores_target)
+    history = {}
+    k1 = _kernel_to_grid(Y[target], grid, kernel)
+    T = a[:, None] * k1
+    c = a**2 * k0
+    if np.any(b != 0):
+        rows0 = nuisance[A[nuisance] == arm]
+        net0, std0, history[1] = fit_grid_network(
+            Xo[rows0], _kernel_to_grid(Y[rows0], grid, kernel), np.full(len(rows0), k0), K_M, settings=settings,
+            stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads,
+        )
+        g0 = network_outputs(net0, std0, Xo[target], dtype, device)     # μ̂₀(X_1i) = Σ_j g0_ij φ(ỹ_j)
+        Kg0 = g0 @ K_M
+        T = T + b[:, None] * Kg0
+        c = c + 2 * a * b * np.sum(k1 * g0, axis=1) + b**2 * np.sum(Kg0 * g0, axis=1)
+    net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
+                                            generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
+    return NeuralKernelFoldArm(grid, net, std, history, dtype, device)
+
+
+class NeuralKernelEstimator:
+    """``method="neural_kernel"``: networks giving coefficients over outcome grid points (module docstring)."""
+
+    name = "neural_kernel"
+    title = "neural-kernel"
+    defaults = NEURAL_KERNEL_DEFAULTS
+    aliases = {}
+
+    def prepare(self, options: dict, *, design, Xo, seed: int) -> dict:
+        require_torch()
+        y_kernel = resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
+                                  seed=seed, density=True)
+        grid = make_grid(options["grid"], design.Y, _positive_int(options["M"], "M"), seed)
+        return {
+            "kernels": {"y": y_kernel},
+            "training": resolve_training(options),
+            "M": len(grid),
+            "grid": grid,
+            "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
+            "K_M": _kernel_to_grid(grid, grid, y_kernel),
+        }
+
+    def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> NeuralFold:
+        return NeuralFold(
+            build_neural_kernel_arm, mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target,
+            nuisance=fold.nuisance, scores_target=scores_target, prepared=prepared, seed=seed,
+            fold_index=fold.index, n_threads=n_threads,
+        )
+
+    def describe(self, prepared, result) -> list:
+        grid = prepared["grid"]
+        span = (f"from {grid.min():.4g} to {grid.max():.4g}" if grid.shape[1] == 1
+                else f"in {grid.shape[1]} dimensions")
+        return [
+            ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(result.design.y_names))]),
+            ("Grid", [("Points", f"M = {prepared['M']} ({prepared['grid_rule']}), {span}")]),
+            ("Training", describe_training(prepared["training"]) + training_rows(result)),
+        ]

@@ -1,0 +1,436 @@
+"""Shared torch machinery of the neural CCME estimators: options, networks, the training loop.
+
+torch is an optional dependency (``pip install "ccme[neural]"``); it is
+imported here lazily, inside the functions, so that the rest of ccme imports
+and works without it.  :func:`require_torch` is the one gate.
+
+Training (both stages of both neural estimators) minimises a full-batch or
+mini-batch loss with Adam or SGD with momentum; with ``validation > 0`` a
+random part of the stage's units is held out, its loss is computed after each
+epoch, and training stops after ``patience`` epochs without improvement,
+restoring the best weights.  Every random choice (initial weights, the
+validation split, mini-batch order) comes from one ``torch.Generator`` per
+stage derived from the fold's seed, and the CPU computations are
+deterministic, so a fixed ``seed`` gives bit-identical fits on repeated CPU
+runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CcmeError, ParameterError
+
+__all__ = [
+    "MissingDependencyError",
+    "require_torch",
+    "NEURAL_DEFAULTS",
+    "TrainingSettings",
+    "resolve_training",
+    "StageHistory",
+    "make_mlp",
+    "train_stage",
+    "stage_generator",
+    "paper_options",
+    "describe_training",
+]
+
+
+class MissingDependencyError(CcmeError, ImportError):
+    """An optional dependency (torch) is needed and not installed."""
+
+
+def require_torch():
+    """Import and return torch, or raise :class:`MissingDependencyError` saying how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError(
+            'the neural estimators ("deep_feature", "neural_kernel") need PyTorch; '
+            'install it with  pip install "ccme[neural]"  (or choose method="ridge")'
+        ) from None
+    return torch
+
+
+#: Training hyperparameters shared by both neural estimators (each estimator
+#: adds its own, see :mod:`ccme.estimators.deep_feature` and
+#: :mod:`ccme.estimators.neural_kernel`).  A pair means (stage 1, stage 2).
+#: The defaults are cheap on a CPU: Adam with early stopping on a 20 %
+#: validation split; ``paper_options`` gives the paper's configuration.
+NEURAL_DEFAULTS = {
+    "hidden": (20, 20),        # hidden layer widths (ReLU), the paper's 2 x 20
+    "optimizer": "adam",       # "adam" or "sgd" (with momentum)
+    "lr": 1e-2,                # learning rate, one value or (stage 1, stage 2)
+    "momentum": 0.9,           # SGD only
+    "epochs": (1000, 500),     # maximum epochs (stage 1, stage 2)
+    "batch_size": None,        # None: full batch
+    "validation": 0.2,         # held-out fraction for early stopping (0: none)
+    "patience": 50,            # epochs without validation improvement before stopping
+    "standardize": True,       # centre and scale network inputs (training units' mean, sd)
+    "device": "auto",          # "auto" (cuda when torch sees one), "cpu", "cuda", ...
+    "dtype": "float64",        # or "float32"
+    "progress": None,          # tqdm bar: None shows it on a terminal only; True/False force it
+}
+
+
+def _pair(value, name, check):
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ParameterError(f"`{name}` must be one value or a pair (stage 1, stage 2); got {value!r}")
+        return (check(value[0], name), check(value[1], name))
+    v = check(value, name)
+    return (v, v)
+
+
+def _positive_float(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (value > 0 and np.isfinite(value)):
+        raise ParameterError(f"`{name}` must be a positive number; got {value!r}")
+    return float(value)
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ParameterError(f"`{name}` must be a positive integer; got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Validated training hyperparameters (see ``NEURAL_DEFAULTS``)."""
+
+    hidden: tuple
+    optimizer: str
+    lr: tuple
+    momentum: float
+    epochs: tuple
+    batch_size: int | None
+    validation: float
+    patience: int | None
+    standardize: bool
+    device: str
+    dtype: str
+    progress: bool | None
+
+
+def resolve_training(options: dict) -> TrainingSettings:
+    """Check the shared training options; raise ParameterError naming a bad one."""
+    hidden = options["hidden"]
+    if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):
+        hidden = (hidden,)
+    if not isinstance(hidden, (tuple, list)):
+        raise ParameterError(f"`hidden` must be a tuple of layer widths; got {hidden!r}")
+    hidden = tuple(_positive_int(h, "hidden") for h in hidden)
+    optimizer = options["optimizer"]
+    if optimizer not in ("adam", "sgd"):
+        raise ParameterError(f"`optimizer` must be 'adam' or 'sgd'; got {optimizer!r}")
+    momentum = options["momentum"]
+    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0 <= momentum < 1:
+        raise ParameterError(f"`momentum` must be a number in [0, 1); got {momentum!r}")
+    batch = options["batch_size"]
+    if batch is not None:
+        batch = _positive_int(batch, "batch_size")
+    validation = options["validation"]
+    if isinstance(validation, bool) or not isinstance(validation, numbers.Real) or not 0 <= validation < 0.9:
+        raise ParameterError(f"`validation` must be a fraction in [0, 0.9); got {validation!r}")
+    patience = options["patience"]
+    if patience is not None:
+        patience = _positive_int(patience, "patience")
+    dtype = options["dtype"]
+    if dtype not in ("float64", "float32"):
+        raise ParameterError(f"`dtype` must be 'float64' or 'float32'; got {dtype!r}")
+    device = options["device"]
+    if not isinstance(device, str):
+        raise ParameterError(f"`device` must be a string such as 'auto', 'cpu' or 'cuda'; got {device!r}")
+    progress = options["progress"]
+    if progress not in (None, True, False):
+        raise ParameterError(f"`progress` must be None, True or False; got {progress!r}")
+    return TrainingSettings(
+        hidden=hidden, optimizer=optimizer, lr=_pair(options["lr"], "lr", _positive_float),
+        momentum=float(momentum), epochs=_pair(options["epochs"], "epochs", _positive_int), batch_size=batch,
+        validation=float(validation), patience=patience, standardize=bool(options["standardize"]),
+        device=device, dtype=dtype, progress=progress,
+    )
+
+
+def torch_device(settings: TrainingSettings):
+    torch = require_torch()
+    name = settings.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        return torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise ParameterError(f"`device` {settings.device!r} is not a torch device: {exc}") from None
+
+
+def torch_dtype(settings: TrainingSettings):
+    torch = require_torch()
+    return torch.float64 if settings.dtype == "float64" else torch.float32
+
+
+def stage_generator(seed: int, arm: int, stage: int):
+    """The CPU generator of one fold, arm and stage, derived from the fold's seed."""
+    torch = require_torch()
+    entropy = np.random.SeedSequence([int(seed), int(arm), int(stage)]).generate_state(1, dtype=np.uint64)[0]
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(entropy) & ((1 << 63) - 1))
+    return gen
+
+
+class Standardizer:
+    """Affine input map (x − mean) / sd fitted on the training units (identity when switched off)."""
+
+    def __init__(self, Z: np.ndarray, enabled: bool):
+        if enabled and len(Z) > 1:
+            self.mean = Z.mean(axis=0)
+            sd = Z.std(axis=0)
+            self.sd = np.where(sd > 0, sd, 1.0)
+        else:
+            self.mean = np.zeros(Z.shape[1])
+            self.sd = np.ones(Z.shape[1])
+
+    def __call__(self, Z: np.ndarray) -> np.ndarray:
+        return (np.asarray(Z, dtype=np.float64) - self.mean) / self.sd
+
+
+def make_mlp(d_in: int, hidden: tuple, d_out: int, generator, dtype, device):
+    """A ReLU perceptron d_in → hidden… → d_out, initialised from ``generator``.
+
+    Weights and biases are drawn U(−1/√fan_in, 1/√fan_in) (torch's and
+    Equinox's default for linear layers) from the given generator, so that
+    the initialisation does not touch torch's global random state.
+    """
+    torch = require_torch()
+    dims = (d_in, *hidden, d_out)
+    layers = []
+    for i in range(len(dims) - 1):
+        linear = torch.nn.Linear(dims[i], dims[i + 1], dtype=dtype)
+        bound = 1.0 / np.sqrt(dims[i])
+        with torch.no_grad():
+            linear.weight.copy_(torch.empty(dims[i + 1], dims[i], dtype=dtype).uniform_(-bound, bound, generator=generator))
+            linear.bias.copy_(torch.empty(dims[i + 1], dtype=dtype).uniform_(-bound, bound, generator=generator))
+        layers.append(linear)
+        if i < len(dims) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers).to(device)
+
+
+@dataclass
+class StageHistory:
+    """Loss per epoch of one training stage (``validation`` empty without a validation split)."""
+
+    train: list = field(default_factory=list)
+    validation: list = field(default_factory=list)
+    best_epoch: int = 0
+    stopped_early: bool = False
+    seconds: float = 0.0
+
+
+def split_units(n: int, settings: TrainingSettings, generator):
+    """Training and validation positions (sorted) among ``n`` units; no split when ``validation`` is 0."""
+    torch = require_torch()
+    n_val = int(round(settings.validation * n))
+    if n_val < 1 or n - n_val < 2:
+        return np.arange(n), None
+    perm = torch.randperm(n, generator=generator).numpy()
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+
+def train_stage(model, loss_fn, n_train: int, settings: TrainingSettings, stage: int, generator, *,
+                val_loss_fn=None, label: str = "", n_threads: int = 0) -> StageHistory:
+    """Minimise ``loss_fn(batch)`` over ``model``'s parameters; returns the loss curve.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    loss_fn : callable(batch) -> scalar tensor
+        ``batch`` is a LongTensor of positions among the ``n_train`` training
+        units, or ``None`` for the full batch.
+    n_train : int
+    settings : TrainingSettings
+    stage : {1, 2}
+        Picks the stage's learning rate and epochs.
+    generator : torch.Generator
+        Mini-batch order.
+    n_threads : int
+        torch's intra-op threads while training (restored afterwards); 0
+        means one: the per-epoch matrices (M × M, n × M) are too small for
+        more threads to pay, and on a busy machine extra threads slow
+        training several-fold.
+    val_loss_fn : callable() -> scalar tensor, optional
+        Held-out loss; with it training stops after ``patience`` epochs
+        without improvement and restores the best weights.
+    """
+    torch = require_torch()
+    lr, epochs = settings.lr[stage - 1], settings.epochs[stage - 1]
+    params = list(model.parameters())
+    if settings.optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=lr)
+    else:
+        opt = torch.optim.SGD(params, lr=lr, momentum=settings.momentum)
+    batch = settings.batch_size if settings.batch_size is not None and settings.batch_size < n_train else None
+    history = StageHistory()
+    best, best_state, waited = np.inf, None, 0
+    started = time.perf_counter()
+    bar = _progress(epochs, settings, f"{label}stage {stage}")
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(n_threads if n_threads > 0 else 1)
+    try:
+        for epoch in range(epochs):
+            if batch is None:
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(None)
+                loss.backward()
+                opt.step()
+                epoch_loss = float(loss.detach())
+            else:
+                order = torch.randperm(n_train, generator=generator)
+                total = 0.0
+                for start in range(0, n_train, batch):
+                    rows = order[start:start + batch]
+                    opt.zero_grad(set_to_none=True)
+                    loss = loss_fn(rows)
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * len(rows)
+                epoch_loss = total / n_train
+            history.train.append(epoch_loss)
+            if not np.isfinite(epoch_loss):
+                raise _diverged(stage, epoch, label)
+            if val_loss_fn is not None:
+                with torch.no_grad():
+                    value = float(val_loss_fn())
+                history.validation.append(value)
+                if value < best:
+                    best, waited, history.best_epoch = value, 0, epoch
+                    best_state = copy.deepcopy(model.state_dict())
+                else:
+                    waited += 1
+                    if settings.patience is not None and waited >= settings.patience:
+                        history.stopped_early = True
+                        break
+            else:
+                history.best_epoch = epoch
+            if bar is not None:
+                bar.update(1)
+                if epoch % 20 == 0:
+                    bar.set_postfix(loss=f"{epoch_loss:.5g}")
+    finally:
+        torch.set_num_threads(threads_before)
+        if bar is not None:
+            bar.close()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    history.seconds = time.perf_counter() - started
+    return history
+
+
+def _diverged(stage, epoch, label):
+    from ..errors import NumericalError
+
+    return NumericalError(
+        f"{label}stage {stage} training diverged (loss not finite at epoch {epoch + 1}); "
+        "lower the learning rate `lr`"
+    )
+
+
+def _progress(total, settings, desc):
+    if settings.progress is False:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, leave=False, disable=None if settings.progress is None else False)
+
+
+def paper_options(method: str, n: int) -> dict:
+    """The paper's configuration (Appendix "Experimental Details", Table exp1_config) at sample size ``n``.
+
+    M = 20, two hidden layers of 20 ReLU units, SGD with momentum 0.9, full
+    batch, learning rate κ·n/200 (κ = 2e-4 for Deep Feature, 4e-4 for
+    Neural-Kernel), epochs (6000, 1000) and (16000, 500), outcome bandwidth
+    2, λ₀ = λ₁ = 20 added unscaled (ΨᵀΨ + λI, as the paper's reference code
+    does), no input standardisation, no validation split.  The reference code
+    also clips the propensity at [0.1, 0.9]: pass ``clip=0.1`` to
+    :func:`ccme.fit` for the same.
+
+    The Deep Feature loss here uses the normalised outcome kernel, the
+    reference code the unnormalised one (larger by √(2π)σ for d_y = 1); SGD
+    with momentum is linear in (learning rate × gradient), so the learning
+    rate is multiplied by that factor, which gives the reference trajectory.
+    """
+    n = _positive_int(n, "n")
+    common = {
+        "M": 20, "hidden": (20, 20), "optimizer": "sgd", "momentum": 0.9, "batch_size": None,
+        "validation": 0.0, "patience": None, "standardize": False, "y_kernel": "gaussian", "y_bandwidth": 2.0,
+    }
+    if method == "deep_feature":
+        kappa = 2e-4 * np.sqrt(2 * np.pi) * 2.0
+        return {**common, "lr": kappa * n / 200, "epochs": (6000, 1000), "lam": 20.0, "lam_scaling": "none"}
+    if method == "neural_kernel":
+        return {**common, "lr": 4e-4 * n / 200, "epochs": (16000, 500), "grid": "regular"}
+    raise ParameterError(f"`method` must be 'deep_feature' or 'neural_kernel'; got {method!r}")
+
+
+def describe_training(settings: TrainingSettings) -> list:
+    """Summary rows for the training configuration."""
+    opt = "Adam" if settings.optimizer == "adam" else f"SGD, momentum {settings.momentum:g}"
+    lr = settings.lr
+    lr_text = f"{lr[0]:.3g}" if lr[0] == lr[1] else f"{lr[0]:.3g} (stage 1), {lr[1]:.3g} (stage 2)"
+    stop = (
+        f"{settings.validation:.0%} validation, patience {settings.patience}"
+        if settings.validation > 0 and settings.patience is not None
+        else (f"{settings.validation:.0%} validation (best epoch kept)" if settings.validation > 0 else "none")
+    )
+    return [
+        ("Network", f"{len(settings.hidden)} hidden layer(s) of {', '.join(map(str, settings.hidden))} ReLU units"
+                    + ("; inputs standardised" if settings.standardize else "")),
+        ("Optimizer", f"{opt}, learning rate {lr_text}"),
+        ("Epochs", f"up to {settings.epochs[0]} (stage 1), {settings.epochs[1]} (stage 2); "
+                   + ("full batch" if settings.batch_size is None else f"batches of {settings.batch_size}")),
+        ("Early stopping", stop),
+        ("Device", f"{settings.device}, {settings.dtype}"),
+    ]
+
+
+class NeuralFold:
+    """One cross-fitting fold of a neural estimator: ``arm(a)`` trains that arm's networks.
+
+    :class:`ccme.embedding.ArmEmbedding` calls ``arm`` once per arm, on the
+    arm's first use, so a user who only asks about Y¹ trains only its networks.
+    """
+
+    def __init__(self, build, **data):
+        self._build = build
+        self._data = data
+
+    def arm(self, arm: int):
+        return self._build(arm=arm, **self._data)
+
+
+def pseudo_outcome_coefficients(mode: str, arm: int, in_arm: np.ndarray, scores_target: np.ndarray):
+    """(a, b) of ξ_i = a_i φ(Y_i) + b_i μ̂₀(X_i) on the second-stage units (table in :mod:`ccme.estimators.ridge`)."""
+    p_arm = scores_target if arm == 1 else 1.0 - scores_target
+    omega = in_arm / p_arm
+    n = len(in_arm)
+    if mode == "dr":
+        return omega, 1.0 - omega
+    if mode == "ipw":
+        return omega, np.zeros(n)
+    if mode == "pi":
+        return np.zeros(n), np.ones(n)
+    raise ParameterError(f"no pseudo-outcome for mode {mode!r}")
+
+
+def network_outputs(net, standardizer: Standardizer, Z: np.ndarray, dtype, device) -> np.ndarray:
+    """The network at the rows of ``Z`` (inputs standardised), as float64 numpy."""
+    torch = require_torch()
+    with torch.no_grad():
+        out = net(torch.as_tensor(standardizer(Z), dtype=dtype, device=device))
+    return out.detach().to("cpu", torch.float64).numpy()
