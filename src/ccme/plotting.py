@@ -55,3 +55,27 @@ def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None
     ax.set_title(title)
     ax.legend(fontsize="small", ncol=2 if len(arms) == 2 else 1)
     return ax
+
+def plot_training(res, *, ax=None, **kwargs):
+    """Training curves of a neural fit (:meth:`ccme.CCMEResult.training_history`).
+
+    One colour per (arm, stage), one line per fold; training loss solid,
+    validation loss dashed, the kept epoch marked; log-scaled epochs.
+    """
+    history = res.training_history()
+    ax = _axes(ax)
+    for i, ((arm, stage), group) in enumerate(history.groupby(["arm", "stage"], sort=False)):
+        colour = f"C{i % 10}"
+        for fold, curve in group.groupby("fold"):
+            label = f"{_ARM_LABEL[arm]} stage {stage}" if fold == 1 else None
+            ax.plot(curve["epoch"], curve["train_loss"], "-", color=colour, label=label, **kwargs)
+            if curve["validation_loss"].notna().any():
+                ax.plot(curve["epoch"], curve["validation_loss"], "--", color=colour, **kwargs)
+            best = curve[curve["best"]]
+            ax.plot(best["epoch"], best["train_loss"], "o", color=colour, ms=4)
+    ax.set_xscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss (mean squared RKHS error)")
+    ax.set_title(f"{res.method}/{res.mode} training (dashed: validation; dot: kept epoch)")
+    ax.legend(fontsize="small")
+    return ax

@@ -220,3 +220,34 @@ class CCMEResult:
         from .plotting import plot_densities
 
         return plot_densities(self, newdata=newdata, arm=arm, y=y, ax=ax, truth=truth, **kwargs)
+
+    def training_history(self) -> pd.DataFrame:
+        """Training curves of a neural fit: one row per (arm, fold, stage, epoch).
+
+        Columns ``arm``, ``fold`` (1-based), ``stage`` (1: nuisance, 2:
+        pseudo-outcome regression; one-step has stage 1 only), ``epoch``,
+        ``train_loss`` and ``validation_loss`` (NaN without a validation
+        split), and ``best`` (the epoch whose weights were kept).  Trains any
+        arm not yet used (arms are trained on first use).
+        """
+        rows = []
+        for arm in _ARMS:
+            for fold, part in enumerate(self._embedding(arm).parts, start=1):
+                history = getattr(part, "history", None)
+                if history is None:
+                    raise ParameterError(f"method {self.method!r} has no training history (it is not trained by "
+                                         "gradient descent)")
+                for stage, h in sorted(history.items()):
+                    for epoch, loss in enumerate(h.train):
+                        rows.append({
+                            "arm": arm, "fold": fold, "stage": stage, "epoch": epoch + 1, "train_loss": loss,
+                            "validation_loss": h.validation[epoch] if epoch < len(h.validation) else np.nan,
+                            "best": epoch == h.best_epoch,
+                        })
+        return pd.DataFrame(rows)
+
+    def plot_training(self, ax=None, **kwargs):
+        """Loss per epoch of each stage, fold and arm of a neural fit (validation dashed); returns the Axes."""
+        from .plotting import plot_training
+
+        return plot_training(self, ax=ax, **kwargs)

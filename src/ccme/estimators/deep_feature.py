@@ -306,13 +306,19 @@ class DeepFeatureFoldArm(FactoredArm):
         [D_a Ψ ; P₀ Ψ̂₀₁ᵀ D_b Ψ].
     history : dict
         Stage (1, 2) → :class:`ccme.estimators.training.StageHistory`.
+    feature_map
+        The second-stage network ψ with Ψ (over the stage's units) and G = ΨᵀΨ + nλ₁I.
+    pseudo : dict
+        The pseudo-outcomes' pieces: ``a`` (n,), ``Y1``, and for DR and the
+        plug-in ``U`` = D_b Ψ̂₀₁ᵀ (n × M₀), ``P0`` (m × M₀), ``Y0``.
     """
 
-    def __init__(self, atoms, loadings, feature_map: _FeatureMap, history: dict):
+    def __init__(self, atoms, loadings, feature_map: _FeatureMap, history: dict, pseudo: dict):
         self.atoms = np.ascontiguousarray(atoms, dtype=np.float64)
         self.loadings = np.ascontiguousarray(loadings)
         self.feature_map = feature_map
         self.history = history
+        self.pseudo = pseudo
         self.jitter = {}
 
     def coefficients(self, V_eval):
@@ -332,7 +338,7 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
         gram = PseudoOutcomeGram(np.ones(len(rows)), Y[rows], kernel)
         fmap = fit_feature_map(V[rows], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
                                stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
-        return DeepFeatureFoldArm(Y[rows], fmap.Psi, fmap, {1: fmap.history})
+        return DeepFeatureFoldArm(Y[rows], fmap.Psi, fmap, {1: fmap.history}, {"a": np.ones(len(rows)), "Y1": Y[rows]})
     a, b = pseudo_outcome_coefficients(mode, arm, in_arm, scores_target)
     history = {}
     Y1 = Y[target]
@@ -353,10 +359,12 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
     history[2] = fmap.history
     direct = a != 0
     atoms, loadings = [Y1[direct]], [a[direct, None] * fmap.Psi[direct]]
+    pseudo = {"a": a, "Y1": Y1}
     if U is not None:
         atoms.append(Y[rows0])
         loadings.append(P0 @ (U.T @ fmap.Psi))
-    return DeepFeatureFoldArm(np.vstack(atoms), np.vstack(loadings), fmap, history)
+        pseudo.update(U=U, P0=P0, Y0=Y[rows0])
+    return DeepFeatureFoldArm(np.vstack(atoms), np.vstack(loadings), fmap, history, pseudo)
 
 
 class DeepFeatureEstimator:

@@ -49,7 +49,8 @@ from .training import (
     _positive_int,
 )
 
-__all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAULTS", "nk_loss", "make_grid"]
+__all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAULTS", "nk_loss", "make_grid",
+           "pseudo_outcome_targets"]
 
 #: Documented defaults of the Neural-Kernel estimator (training options:
 #: :data:`ccme.estimators.training.NEURAL_DEFAULTS`).  M = 20 grid points as
@@ -145,6 +146,22 @@ def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_th
     return net, standardizer, history
 
 
+def pseudo_outcome_targets(a, b, k1, g0, K_M, k0):
+    """Per-unit targets b_i = ⟨φ(ỹ_j), ξ_i⟩_j and constants ‖ξ_i‖² of ξ_i = a_i φ(y_i) + b_i Σ_j g0_ij φ(ỹ_j).
+
+    b_i = a_i k_i + b_i K_M g0_i (Algorithm "Neural-Kernel Estimator"), and
+    ‖ξ_i‖² = a_i² k(0) + 2 a_i b_i k_iᵀg0_i + b_i² g0_iᵀK_M g0_i; ``g0`` is None
+    when the mode has no first stage (b = 0).
+    """
+    T = a[:, None] * k1
+    c = a**2 * k0
+    if g0 is not None:
+        Kg0 = g0 @ K_M
+        T = T + b[:, None] * Kg0
+        c = c + 2 * a * b * np.sum(k1 * g0, axis=1) + b**2 * np.sum(Kg0 * g0, axis=1)
+    return T, c
+
+
 def _kernel_to_grid(Y, grid, kernel):
     return _backend.gram(Y, grid, kernel.name, kernel.bandwidth_array, normalized=True)
 
@@ -166,9 +183,7 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
         return NeuralKernelFoldArm(grid, net, std, {1: hist}, dtype, device)
     a, b = pseudo_outcome_coefficients(mode, arm, in_arm, scores_target)
     history = {}
-    k1 = _kernel_to_grid(Y[target], grid, kernel)
-    T = a[:, None] * k1
-    c = a**2 * k0
+    g0 = None
     if np.any(b != 0):
         rows0 = nuisance[A[nuisance] == arm]
         net0, std0, history[1] = fit_grid_network(
@@ -176,9 +191,7 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
             stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads,
         )
         g0 = network_outputs(net0, std0, Xo[target], dtype, device)     # μ̂₀(X_1i) = Σ_j g0_ij φ(ỹ_j)
-        Kg0 = g0 @ K_M
-        T = T + b[:, None] * Kg0
-        c = c + 2 * a * b * np.sum(k1 * g0, axis=1) + b**2 * np.sum(Kg0 * g0, axis=1)
+    T, c = pseudo_outcome_targets(a, b, _kernel_to_grid(Y[target], grid, kernel), g0, K_M, k0)
     net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
                                             generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
     return NeuralKernelFoldArm(grid, net, std, history, dtype, device)

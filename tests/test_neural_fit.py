@@ -1,0 +1,154 @@
+"""The neural estimators through ccme.fit: statistics, reproducibility, options, the missing-torch error.
+
+Tolerances of the statistical test were measured: integrated squared error
+(ISE, arm 1, 500 V-draws) at n = 2000, forest propensity, default options
+(Adam, early stopping), seeds 1, 2, 3 (script: /tmp-free copy in
+benchmarks/bench_neural.py, ``python benchmarks/bench_neural.py --measure``):
+
+=======================  ========  ========  ========
+configuration              seed 1    seed 2    seed 3
+=======================  ========  ========  ========
+deep feature, DR          0.00532   0.00606   0.00470
+deep feature, one-step    0.01182   0.01438   0.01426
+neural-kernel, DR         0.00486   0.00585   0.00650
+neural-kernel, one-step   0.01288   0.01524   0.01315
+=======================  ========  ========  ========
+
+DR / one-step ranges over 0.33–0.49; the test asks for < 0.65 at seed 1.
+"""
+
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ccme  # noqa: E402
+from ccme.datasets import paper_simulation_ise  # noqa: E402
+from ccme.estimators import paper_options  # noqa: E402
+from ccme.estimators.training import MissingDependencyError  # noqa: E402
+
+FORMULA = "y ~ a | x1 + x2 + x3 + x4 + x5 | x6 + x7 + x8 + x9 + x10"
+SMALL = "y ~ a | x1 + x2 | x3 + x4"
+
+
+def _ise(method, mode):
+    data = ccme.datasets.paper_simulation(2000, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.OverlapWarning)
+        res = ccme.fit(FORMULA, data, method=method, mode=mode, propensity="forest", seed=1, progress=False)
+    return paper_simulation_ise(res, arm=1, n_test=500, seed=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["deep_feature", "neural_kernel"])
+def test_dr_beats_one_step(method):
+    assert _ise(method, "dr") < 0.65 * _ise(method, "onestep")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ccme.datasets.paper_simulation(400, seed=5)
+
+
+def _fit(data, method, **kwargs):
+    opts = dict(epochs=(30, 20), progress=False, seed=11, propensity="logistic")
+    opts.update(kwargs)
+    return ccme.fit(SMALL, data, method=method, **opts)
+
+
+@pytest.mark.parametrize("method", ["deep_feature", "neural_kernel"])
+def test_same_seed_gives_identical_results(data, method):
+    y = np.linspace(-5, 35, 30)
+    first = _fit(data, method).density(y, arm=1, normalize=False)
+    second = _fit(data, method).density(y, arm=1, normalize=False)
+    np.testing.assert_array_equal(first, second)
+    other = _fit(data, method, seed=12).density(y, arm=1, normalize=False)
+    assert not np.array_equal(first, other)
+
+
+@pytest.mark.parametrize("method", ["deep_feature", "neural_kernel"])
+def test_options_paths_fit_and_report(data, method):
+    """Mini-batches, SGD, float32, three folds, both arms: a usable result with history, summary and plot."""
+    res = _fit(data, method, folds=3, optimizer="sgd", lr=1e-3, batch_size=64, dtype="float32", validation=0.25,
+               patience=5, hidden=(8,))
+    y = res.default_grid(100)
+    for arm in (1, 0):
+        dens = res.density(y, arm=arm)
+        assert dens.shape == (400, 100) and np.all(np.isfinite(dens))
+        np.testing.assert_allclose(np.trapezoid(dens, y, axis=1), 1.0, rtol=1e-6)
+    hist = res.training_history()
+    assert set(hist["arm"]) == {0, 1} and set(hist["fold"]) == {1, 2, 3} and set(hist["stage"]) == {1, 2}
+    assert hist["validation_loss"].notna().all()
+    assert (hist.groupby(["arm", "fold", "stage"])["best"].sum() == 1).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.CcmeWarning)   # 20 SGD epochs leave some V without positive mass
+        text = str(res.summary())
+    assert "SGD, momentum 0.9" in text and "batches of 64" in text and "float32" in text
+    assert "Treated stage 2" in text
+    ax = res.plot_training()
+    assert len(ax.get_lines()) > 0
+
+
+def test_early_stopping_restores_the_best_epoch(data):
+    res = _fit(data, "neural_kernel", epochs=(400, 400), validation=0.3, patience=3, mode="ipw")
+    hist = res.training_history()
+    for _, curve in hist.groupby(["arm", "fold", "stage"]):
+        best = curve[curve["best"]].iloc[0]
+        assert best["validation_loss"] == curve["validation_loss"].min()
+        assert len(curve) < 400 and len(curve) == best["epoch"] + 3
+
+
+def test_paper_options_are_accepted_and_shown(data):
+    opts = {**paper_options("deep_feature", 400), "epochs": (5, 5)}
+    res = ccme.fit(SMALL, data, method="deep_feature", seed=1, progress=False, propensity="logistic", **opts)
+    text = str(res.summary())
+    assert "lambda*I, unscaled" in text and "2 hidden layer(s) of 20, 20" in text
+    assert np.isfinite(res.density(res.default_grid(50), arm=1)).all()
+    with pytest.raises(ccme.ParameterError, match="method"):
+        paper_options("ridge", 400)
+
+
+def test_ridge_has_no_training_history(data):
+    res = ccme.fit(SMALL, data, seed=1, propensity="logistic")
+    with pytest.raises(ccme.ParameterError, match="no training history"):
+        res.training_history()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("optimizer", "rmsprop"), ("lr", -1.0), ("epochs", (10, 0)), ("hidden", (20, "x")), ("M", 0),
+     ("dtype", "float16"), ("validation", 1.5), ("patience", 0), ("batch_size", 0), ("momentum", 1.0)],
+)
+def test_bad_options_name_the_parameter(data, option, value):
+    with pytest.raises(ccme.ParameterError, match=option):
+        _fit(data, "neural_kernel", **{option: value})
+
+
+def test_bad_method_specific_options(data):
+    with pytest.raises(ccme.ParameterError, match="lam_scaling"):
+        _fit(data, "deep_feature", lam_scaling="m")
+    with pytest.raises(ccme.ParameterError, match="grid"):
+        _fit(data, "neural_kernel", grid="spiral")
+    with pytest.raises(ccme.ParameterError, match="unknown hyperparameter"):
+        _fit(data, "neural_kernel", lam=0.1)
+
+
+def test_user_and_random_grids(data):
+    grid = np.linspace(0, 30, 7)
+    res = _fit(data, "neural_kernel", grid=grid)
+    np.testing.assert_array_equal(res.hyperparameters["grid"][:, 0], grid)
+    assert res.hyperparameters["M"] == 7
+    res = _fit(data, "neural_kernel", grid="random", M=5)
+    assert np.all(np.isin(res.hyperparameters["grid"][:, 0], data["y"]))
+
+
+def test_without_torch_neural_methods_say_how_to_install(data, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)   # makes `import torch` raise ImportError
+    for method in ("deep_feature", "neural_kernel"):
+        with pytest.raises(MissingDependencyError, match=r'pip install "ccme\[neural\]"'):
+            ccme.fit(SMALL, data, method=method, seed=1, propensity="logistic")
+    res = ccme.fit(SMALL, data, seed=1, propensity="logistic")   # ridge still works
+    assert np.isfinite(res.mean(arm=1)).all()
