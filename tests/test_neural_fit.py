@@ -2,8 +2,8 @@
 
 Tolerances of the statistical test were measured: integrated squared error
 (ISE, arm 1, 500 V-draws) at n = 2000, forest propensity, default options
-(Adam, early stopping), seeds 1, 2, 3 (script: /tmp-free copy in
-benchmarks/bench_neural.py, ``python benchmarks/bench_neural.py --measure``):
+(Adam, early stopping), seeds 1, 2, 3 (script: ``python
+benchmarks/bench_neural.py --measure``):
 
 =======================  ========  ========  ========
 configuration              seed 1    seed 2    seed 3

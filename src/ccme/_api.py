@@ -49,8 +49,9 @@ def fit(
         means every other column).  ``y1 + y2 ~ ...`` for a multivariate outcome.
     data : DataFrame
         The data; never modified.
-    method : {"ridge"}
-        The CCME estimator (paper, Section "Three Practical Estimators").
+    method : {"ridge", "deep_feature", "neural_kernel"}
+        The CCME estimator (paper, Section "Three Practical Estimators").  The
+        neural ones need PyTorch (``pip install "ccme[neural]"``).
     mode : {"dr", "ipw", "pi", "onestep"}
         The pseudo-outcome: doubly robust (eq. pseudo_outcome), inverse
         propensity weighting, plug-in, or the one-step regression of φ(Y) on V
@@ -88,6 +89,21 @@ def fit(
         ``x_bandwidth``/``v_bandwidth``/``y_bandwidth`` (a number, one number
         per column, or a rule: "median", "silverman").  Defaults:
         ``ccme.RIDGE_DEFAULTS``.
+
+        Deep Feature and Neural-Kernel (defaults
+        ``ccme.estimators.DEEP_FEATURE_DEFAULTS`` / ``NEURAL_KERNEL_DEFAULTS``;
+        the paper's configuration: ``ccme.estimators.paper_options(method, n)``):
+        ``M`` (features / grid points), ``hidden`` (layer widths),
+        ``optimizer`` ("adam", "sgd"), ``lr`` and ``epochs`` (one value or a
+        pair (stage 1, stage 2)), ``momentum``, ``batch_size`` (None: full
+        batch), ``validation`` (held-out fraction for early stopping) and
+        ``patience``, ``standardize`` (network inputs), ``device`` ("auto",
+        "cpu", "cuda"), ``dtype`` ("float64", "float32"), ``progress``
+        (tqdm bar), ``y_kernel``/``y_bandwidth``; Deep Feature also
+        ``lam``/``lam0``/``lam1`` (ΨᵀΨ + nλI) and ``lam_scaling`` ("n" or
+        "none"); Neural-Kernel ``grid`` ("auto", "regular", "kmeans",
+        "random" or an array of points).  With them ``n_threads`` sets
+        torch's threads during training (0: one).
 
     Returns
     -------

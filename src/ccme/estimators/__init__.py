@@ -13,14 +13,15 @@ represents μ̂(v) = Σ_k c_k(v) φ(y_k) and can
 """
 
 from ..errors import ParameterError
-from .deep_feature import DeepFeatureEstimator
-from .neural_kernel import NeuralKernelEstimator
+from .deep_feature import DEEP_FEATURE_DEFAULTS, DeepFeatureEstimator
+from .neural_kernel import NEURAL_KERNEL_DEFAULTS, NeuralKernelEstimator
 from .ridge import RidgeEstimator, RidgeFold, RidgeFoldArm
 from .training import paper_options
 
 __all__ = [
     "ESTIMATORS", "get_estimator", "RidgeEstimator", "RidgeFold", "RidgeFoldArm",
-    "DeepFeatureEstimator", "NeuralKernelEstimator", "paper_options",
+    "DeepFeatureEstimator", "NeuralKernelEstimator", "paper_options", "DEEP_FEATURE_DEFAULTS",
+    "NEURAL_KERNEL_DEFAULTS",
 ]
 
 #: method name -> estimator (see :mod:`ccme.estimators.base` for what one provides).
