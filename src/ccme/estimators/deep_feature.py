@@ -42,7 +42,7 @@ from .base import FactoredArm
 from .ridge import _per_arm_text, per_arm_positive
 from .training import (
     NEURAL_DEFAULTS,
-    NeuralFold,
+    NeuralEstimator,
     Standardizer,
     describe_training,
     make_mlp,
@@ -367,11 +367,12 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
     return DeepFeatureFoldArm(np.vstack(atoms), np.vstack(loadings), fmap, history, pseudo)
 
 
-class DeepFeatureEstimator:
+class DeepFeatureEstimator(NeuralEstimator):
     """``method="deep_feature"``: neural feature maps in both stages (see the module docstring)."""
 
     name = "deep_feature"
     title = "deep feature"
+    build_arm = staticmethod(build_deep_feature_arm)
     defaults = DEEP_FEATURE_DEFAULTS
     aliases = {"lam": ("lam0", "lam1")}
 
@@ -390,13 +391,6 @@ class DeepFeatureEstimator:
             "lam1": per_arm_positive(options["lam1"], "lam1"),
             "lam_scaling": options["lam_scaling"],
         }
-
-    def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> NeuralFold:
-        return NeuralFold(
-            build_deep_feature_arm, mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target,
-            nuisance=fold.nuisance, scores_target=scores_target, prepared=prepared, seed=seed,
-            fold_index=fold.index, n_threads=n_threads,
-        )
 
     def describe(self, prepared, result) -> list:
         convention = "Psi'Psi + n*lambda*I" if prepared["lam_scaling"] == "n" else "Psi'Psi + lambda*I, unscaled"

@@ -33,7 +33,7 @@ from .base import FactoredArm
 from .deep_feature import _kernel_at_zero, training_rows
 from .training import (
     NEURAL_DEFAULTS,
-    NeuralFold,
+    NeuralEstimator,
     Standardizer,
     describe_training,
     make_mlp,
@@ -197,11 +197,12 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
     return NeuralKernelFoldArm(grid, net, std, history, dtype, device)
 
 
-class NeuralKernelEstimator:
+class NeuralKernelEstimator(NeuralEstimator):
     """``method="neural_kernel"``: networks giving coefficients over outcome grid points (module docstring)."""
 
     name = "neural_kernel"
     title = "neural-kernel"
+    build_arm = staticmethod(build_neural_kernel_arm)
     defaults = NEURAL_KERNEL_DEFAULTS
     aliases = {}
 
@@ -218,13 +219,6 @@ class NeuralKernelEstimator:
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
         }
-
-    def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> NeuralFold:
-        return NeuralFold(
-            build_neural_kernel_arm, mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target,
-            nuisance=fold.nuisance, scores_target=scores_target, prepared=prepared, seed=seed,
-            fold_index=fold.index, n_threads=n_threads,
-        )
 
     def describe(self, prepared, result) -> list:
         grid = prepared["grid"]

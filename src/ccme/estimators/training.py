@@ -38,6 +38,8 @@ __all__ = [
     "stage_generator",
     "paper_options",
     "describe_training",
+    "NeuralEstimator",
+    "NeuralFold",
 ]
 
 
@@ -412,6 +414,21 @@ class NeuralFold:
 
     def arm(self, arm: int):
         return self._build(arm=arm, **self._data)
+
+
+class NeuralEstimator:
+    """What both neural estimators share: ``fit_fold`` returns a :class:`NeuralFold` over ``build_arm``."""
+
+    @staticmethod
+    def build_arm(**kwargs):  # pragma: no cover - each estimator sets its builder
+        raise NotImplementedError
+
+    def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> NeuralFold:
+        return NeuralFold(
+            type(self).build_arm, mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target,
+            nuisance=fold.nuisance, scores_target=scores_target, prepared=prepared, seed=seed,
+            fold_index=fold.index, n_threads=n_threads,
+        )
 
 
 def pseudo_outcome_coefficients(mode: str, arm: int, in_arm: np.ndarray, scores_target: np.ndarray):
