@@ -7,7 +7,7 @@ import pandas as pd
 
 from .errors import ParameterError
 
-__all__ = ["plot_densities"]
+__all__ = ["plot_densities", "plot_cdfs", "plot_effect", "plot_overlap"]
 
 _ARM_STYLE = {1: "-", 0: "--"}
 _ARM_LABEL = {1: "Y¹", 0: "Y⁰"}
@@ -21,11 +21,14 @@ def _axes(ax):
     return ax
 
 
-def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None, **kwargs):
+def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None, bands=False, level=0.9,
+                   n_boot=299, **kwargs):
     """Estimated conditional counterfactual densities, one colour per V-profile.
 
     Treated (Y¹) solid, control (Y⁰) dashed; ``truth`` (a callable
-    ``truth(y, profile, arm)``) dotted in the same colour.
+    ``truth(y, profile, arm)``) dotted in the same colour; ``bands=True``
+    shades the simultaneous bootstrap band of the smoothed density
+    (:meth:`ccme.CCMEResult.bands`, method="ridge") around the raw estimate.
     """
     if arm == "both":
         arms = (1, 0)
@@ -47,6 +50,8 @@ def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None
             ax.plot(grid, row, _ARM_STYLE[a], color=colours[i], label=f"{_ARM_LABEL[a]} | {labels[i]}", **kwargs)
             if truth is not None:
                 ax.plot(grid, np.ravel(truth(grid, newdata.iloc[[i]], a)), ":", color=colours[i], lw=1.2)
+        if bands:
+            _shade_bands(ax, res.bands(level, newdata, arm=a, y=grid, n_boot=n_boot), colours, a == arms[0])
     ax.set_xlabel(res.design.y_names[0])
     ax.set_ylabel("density")
     title = f"{res.method}/{res.mode}: p(Y^a | V = v)"
@@ -55,6 +60,114 @@ def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None
     ax.set_title(title)
     ax.legend(fontsize="small", ncol=2 if len(arms) == 2 else 1)
     return ax
+
+
+def _arms(arm):
+    if arm == "both":
+        return (1, 0)
+    if arm in (0, 1):
+        return (int(arm),)
+    raise ParameterError(f"`arm` must be 'both', 1 or 0; got {arm!r}")
+
+
+def _profiles(res, newdata):
+    if newdata is None:
+        return res.profiles()
+    return pd.DataFrame(newdata) if isinstance(newdata, dict) else newdata
+
+
+def _shade_bands(ax, bands, colours, label: bool):
+    """The simultaneous band of each V-profile, shaded in its colour (pointwise bands: ``res.bands``)."""
+    for i in range(len(bands.estimate)):
+        ax.fill_between(bands.y, bands.lower_simultaneous[i], bands.upper_simultaneous[i], color=colours[i],
+                        alpha=0.15, lw=0,
+                        label=f"{bands.level:.0%} simultaneous band" if label and i == 0 else None)
+
+
+def plot_cdfs(res, *, newdata=None, arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None, **kwargs):
+    """Estimated conditional CDFs P̂(Y^a ≤ y | V = v), one colour per V-profile (treated solid, control dashed).
+
+    ``bands=True`` shades the simultaneous bootstrap band of the smoothed CDF
+    E[K(y − Y^a) | V = v] (:meth:`ccme.CCMEResult.bands`, method="ridge").
+    """
+    arms = _arms(arm)
+    newdata = _profiles(res, newdata)
+    grid = res.default_grid() if y is None else np.asarray(y, dtype=float)
+    ax = _axes(ax)
+    colours = [f"C{i % 10}" for i in range(len(newdata))]
+    labels = [str(label) for label in newdata.index]
+    for a in arms:
+        for i, row in enumerate(res.cdf(grid, newdata, arm=a)):
+            ax.plot(grid, row, _ARM_STYLE[a], color=colours[i], label=f"{_ARM_LABEL[a]} | {labels[i]}", **kwargs)
+        if bands:
+            _shade_bands(ax, res.bands(level, newdata, arm=a, y=grid, feature="cdf", n_boot=n_boot), colours,
+                         a == arms[0])
+    ax.set_xlabel(res.design.y_names[0])
+    ax.set_ylabel("P(Y^a <= y | V = v)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{res.method}/{res.mode}: conditional CDFs")
+    ax.legend(fontsize="small", ncol=2 if len(arms) == 2 else 1)
+    return ax
+
+
+def plot_effect(res, *, newdata=None, q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None, **kwargs):
+    """Quantile treatment effect curves q ↦ Q̂₁(q | v) − Q̂₀(q | v), one per V-profile.
+
+    ``bands=True`` (method="ridge") shades pointwise bootstrap bands
+    (:func:`ccme.bootstrap.qte_bands`); the dotted line is the difference of
+    means at each profile.
+    """
+    from .bootstrap import qte_bands
+    from .effects import fine_grid
+
+    newdata = _profiles(res, newdata)
+    levels = np.linspace(0.05, 0.95, 37) if q is None else np.asarray(q, dtype=float)
+    V = res._v(newdata)
+    ax = _axes(ax)
+    colours = [f"C{i % 10}" for i in range(len(newdata))]
+    if bands:
+        qte, lower, upper = qte_bands(res, V, levels, fine_grid(res, 801), level=level, n_boot=n_boot,
+                                      seed=res.seed if seed is None else seed)
+    else:
+        qte = res.quantile(levels, newdata, 1) - res.quantile(levels, newdata, 0)
+    diff = np.atleast_1d(res.mean(newdata, 1) - res.mean(newdata, 0))
+    for i, label in enumerate(newdata.index):
+        ax.plot(levels, qte[i], color=colours[i], label=f"QTE | {label}", **kwargs)
+        if bands:
+            ax.fill_between(levels, lower[i], upper[i], color=colours[i], alpha=0.2, lw=0)
+        ax.axhline(diff[i], color=colours[i], ls=":", lw=1.0)
+    ax.axhline(0.0, color="0.5", lw=0.8)
+    ax.set_xlabel("quantile level q")
+    ax.set_ylabel("Q1(q | v) - Q0(q | v)")
+    title = f"{res.method}/{res.mode}: quantile treatment effects (dotted: mean difference)"
+    if bands:
+        title += f"\nshaded: {level:.0%} pointwise bootstrap bands"
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_overlap(res, *, ax=None, bins=30):
+    """Histograms of the cross-fitted propensity scores π̂(X) by arm, with the clipping bounds dashed.
+
+    The standard positivity diagnostic: scores piling up at the bounds mean
+    units whose counterfactual arm is barely represented (large weights).
+    """
+    ax = _axes(ax)
+    scores = res.overlap.scores
+    A = res.design.A
+    edges = np.linspace(0.0, 1.0, int(bins) + 1)
+    for a, colour in ((1, "C3"), (0, "C0")):
+        ax.hist(scores[A == a], bins=edges, alpha=0.5, color=colour, label=f"{'treated' if a else 'control'} "
+                f"(n={int(np.sum(A == a))})")
+    for bound in (res.clip, 1.0 - res.clip):
+        ax.axvline(bound, color="k", ls="--", lw=1.0)
+    ax.set_xlabel("cross-fitted propensity score")
+    ax.set_ylabel("units")
+    ax.set_title(f"overlap: {res.overlap.n_clipped} score(s) clipped to [{res.clip:g}, {1 - res.clip:g}]")
+    ax.legend(fontsize="small")
+    return ax
+
 
 def plot_training(res, *, ax=None, **kwargs):
     """Training curves of a neural fit (:meth:`ccme.CCMEResult.training_history`).
@@ -79,3 +192,41 @@ def plot_training(res, *, ax=None, **kwargs):
     ax.set_title(f"{res.method}/{res.mode} training (dashed: validation; dot: kept epoch)")
     ax.legend(fontsize="small")
     return ax
+
+
+_TUNING_LABELS = {
+    "lam0": "λ₀ (stage 1)",
+    "lam1": "λ₁ (stage 2)",
+    "y_bandwidth": "outcome bandwidth σ_y",
+}
+
+
+def plot_tuning(res, *, ax=None, **kwargs):
+    """Criterion against grid value for each tuned hyperparameter (log-log x), chosen value marked."""
+    import matplotlib.pyplot as plt
+
+    report = res.tuning
+    if report is None or not report.curves:
+        raise ParameterError("nothing was tuned in this fit (tune='none', or every hyperparameter was set)")
+    parameters = [p for p in _TUNING_LABELS if any(c.parameter == p for c in report.curves)]
+    if ax is None:
+        fig, axes = plt.subplots(1, len(parameters), figsize=(4.2 * len(parameters), 3.6), squeeze=False)
+        axes = axes[0]
+    else:
+        axes = np.atleast_1d(ax)
+        if len(axes) != len(parameters):
+            raise ParameterError(f"`ax` must hold {len(parameters)} Axes (one per tuned hyperparameter); got {len(axes)}")
+    for a, parameter in zip(axes, parameters):
+        for i, c in enumerate(c for c in report.curves if c.parameter == parameter):
+            label = {None: "both arms", 1: "treated", 0: "control"}[c.arm]
+            if c.factor is not None and c.factor != 1.0:
+                label += f", bandwidth × {c.factor:g}"
+            line, = a.plot(c.values, c.criterion, "-o", ms=3, color=f"C{i % 10}", label=label, **kwargs)
+            j = int(np.argmin(np.abs(np.asarray(c.values) - c.chosen)))
+            a.plot([c.values[j]], [c.criterion[j]], "*", ms=12, color=line.get_color())
+        a.set_xscale("log")
+        a.set_xlabel(_TUNING_LABELS[parameter])
+        a.set_ylabel(next(c.criterion_name for c in report.curves if c.parameter == parameter))
+        a.legend(fontsize="small")
+    axes[0].figure.suptitle(f"automatic tuning ({report.seconds:.1f} s; stars: chosen)")
+    return axes
