@@ -5,11 +5,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <tuple>
+
 #include "ccme/cholesky.hpp"
 #include "ccme/kernels.hpp"
 #include "ccme/mmd.hpp"
 #include "ccme/parallel.hpp"
 #include "ccme/ridge.hpp"
+#include "ccme/tuning.hpp"
 
 namespace py = pybind11;
 using namespace ccme;
@@ -112,6 +115,30 @@ PYBIND11_MODULE(_core, m) {
         py::arg("b"), py::arg("X1"), py::arg("L_X0"), py::arg("X0"), py::arg("x_kernel"),
         py::arg("x_bandwidth"), py::arg("V_eval"), py::arg("n_threads") = 0,
         "(c1 (n, ne), c0 (m, ne)): embedding weights on the atoms Y1 and Y0.");
+
+    m.def(
+        "pivoted_cholesky",
+        [](CRef X, const std::string& kernel, CVRef bandwidth, double tol, Index max_rank,
+           int n_threads) {
+            py::gil_scoped_release nogil;
+            DenormalGuard ftz;
+            PivotedCholesky pc = pivoted_cholesky(X, kernel, bandwidth, tol, max_rank, n_threads);
+            return std::make_tuple(std::move(pc.L), std::move(pc.pivots), pc.residual);
+        },
+        py::arg("X"), py::arg("kernel"), py::arg("bandwidth"), py::arg("tol"),
+        py::arg("max_rank"), py::arg("n_threads") = 0,
+        "(L (n, r), pivots, residual): pivoted Cholesky k(X, X) ~ L L^T.");
+
+    m.def(
+        "krr_loo_path",
+        [](CRef Q, CVRef s2, CRef Z, CVRef lambdas, int n_threads) {
+            py::gil_scoped_release nogil;
+            DenormalGuard ftz;
+            LooPath path = krr_loo_path(Q, s2, Z, lambdas, n_threads);
+            return std::make_tuple(std::move(path.loo), std::move(path.gcv), std::move(path.dof));
+        },
+        py::arg("Q"), py::arg("s2"), py::arg("Z"), py::arg("lambdas"), py::arg("n_threads") = 0,
+        "(loo, gcv, dof) of ridge regression of Z on K ~ Q diag(s2) Q^T along the penalties.");
 
     m.def(
         "kernel_quadratic_forms",

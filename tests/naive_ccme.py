@@ -50,7 +50,7 @@ def fold_weights(res, fold, arm, V_eval, scores):
 
 def density(res, y, V_eval, arm, scores):
     """Σ over folds (1/K) [k_Y1(y)ᵀD_a + k_Y0(y)ᵀ(K_X0+mλ0I)⁻¹K_X0X1 D_b](K_V+nλ1I)⁻¹k_V(v)."""
-    bw = res.kernels["y"].bandwidth_array
+    bw = res.outcome_kernel(arm).bandwidth_array
     total = 0
     for fold in res.folds:
         atoms, c = fold_weights(res, fold, arm, V_eval, scores)
@@ -59,7 +59,7 @@ def density(res, y, V_eval, arm, scores):
 
 
 def cdf(res, y, V_eval, arm, scores):
-    bw = res.kernels["y"].bandwidth_array
+    bw = res.outcome_kernel(arm).bandwidth_array
     total = 0
     for fold in res.folds:
         atoms, c = fold_weights(res, fold, arm, V_eval, scores)

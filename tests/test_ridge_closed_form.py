@@ -38,7 +38,7 @@ def test_density_equals_paper_formula(small, mode, folds):
         )
         mass, mean, second = naive.moments(res, V, arm, scores)
         np.testing.assert_allclose(res.mean(newdata, arm=arm), mean, rtol=1e-9)
-        var = second + res.kernels["y"].bandwidth_array[0] ** 2 - mean**2
+        var = second + res.outcome_kernel(arm).bandwidth_array[0] ** 2 - mean**2
         np.testing.assert_allclose(res.var(newdata, arm=arm), np.where(var < 0, np.nan, var), rtol=1e-8)
 
 
@@ -62,7 +62,8 @@ def test_normalized_density_integrates_to_one(small):
 
 def test_laplace_outcome_kernel_cdf_matches_density(small):
     data, scores, newdata, _ = small
-    res = ccme.fit("y ~ a | x1 + x2 | x3", data, propensity=scores, seed=2, y_kernel="laplace", kernel="matern52")
+    res = ccme.fit("y ~ a | x1 + x2 | x3", data, propensity=scores, seed=2, y_kernel="laplace", kernel="matern52",
+                   y_bandwidth=2.0)
     fine = np.linspace(data["y"].min() - 40, data["y"].max() + 40, 20001)
     dens = res.density(fine, newdata, arm=1, normalize=False)
     cdf = res.cdf(fine[[-1]], newdata, arm=1, normalize=False)[:, 0]

@@ -15,6 +15,7 @@ from .estimators.ridge import MODES, RIDGE_DEFAULTS
 from .formula import build_design, parse_formula
 from .propensity import clip_scores, make_propensity, overlap_diagnostics
 from .result import CCMEResult
+from .tuning import TuningReport, resolve_tune, tune_outcome_bandwidth, tune_ridge
 
 __all__ = ["fit", "METHODS", "MODES", "RIDGE_DEFAULTS"]
 
@@ -37,6 +38,7 @@ def fit(
     propensity_covariates=None,
     outcome_covariates=None,
     n_threads: int = 0,
+    tune="auto",
     **hyperparameters,
 ) -> CCMEResult:
     """Estimate the conditional counterfactual distributions p(Y¹ | V) and p(Y⁰ | V).
@@ -81,6 +83,17 @@ def fit(
         either nuisance on purpose, as the paper's experiments do.
     n_threads : int, default 0
         Threads of the compiled core (0: OpenMP's default).
+    tune : "auto", "none" or dict, default "auto"
+        Automatic hyperparameter selection (see :mod:`ccme.tuning`).  "auto"
+        (ridge): λ₀ and λ₁ by leave-one-out cross-validation of the
+        RKHS-valued ridge regressions over ``ccme.tuning.LAMBDA_GRID``, and the
+        outcome bandwidth (d_y = 1) by weighted least-squares cross-validation
+        over factors ``ccme.tuning.Y_BANDWIDTH_FACTORS`` of Silverman's rule.
+        A dict gives grids: ``{"lam0": [...], "lam1": [...], "x_bandwidth":
+        [factors], "v_bandwidth": [factors], "y_bandwidth": [factors]}``
+        (bandwidth entries multiply the rule's bandwidth).  Hyperparameters
+        set explicitly are never tuned.  The choices, criterion curves and
+        time are kept in ``res.tuning``; ``res.plot_tuning()`` draws them.
     **hyperparameters
         Ridge: ``lam`` (both stages) or ``lam0``/``lam1`` (penalty λ in K + nλI,
         a number or a dict {1: .., 0: ..} per arm), ``kernel`` (X and V) or
@@ -117,6 +130,8 @@ def fit(
     if not isinstance(clip, (int, float)) or not 0.0 <= clip < 0.5:
         raise ParameterError(f"`clip` must be a number in [0, 0.5); got {clip!r}")
     options = resolve_options(estimator, hyperparameters)
+    user_keys = {t for key in hyperparameters for t in estimator.aliases.get(key, (key,))}
+    grids = resolve_tune(tune, method, user_keys)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)
@@ -155,6 +170,12 @@ def fit(
     overlap = overlap_diagnostics(scores, design.A, clip, warn=mode in ("dr", "ipw"))
     clipped = clip_scores(scores, clip)
 
+    report = TuningReport()
+    if any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
+        prepared, report = tune_ridge(
+            mode=mode, design=design, Xo=Xo, folds=fold_list, scores=clipped, prepared=prepared, grids=grids,
+            n_threads=n_threads,
+        )
     estimator_started = time.perf_counter()
     fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
     for fold, fold_seed in zip(fold_list, fold_seeds):
@@ -170,8 +191,23 @@ def fit(
     embeddings = {
         arm: ArmEmbedding(lambda arm=arm: [f.arm(arm) for f in fitted_folds], y_kernel, n_threads) for arm in (1, 0)
     }
+    if "y_bandwidth" in grids:
+        if design.Y.shape[1] == 1:
+            y_started = time.perf_counter()
+            chosen, curves = tune_outcome_bandwidth(
+                embeddings=embeddings, design=design, folds=fold_list, scores=clipped, base=y_kernel,
+                factors=grids["y_bandwidth"], seed=int(rng.integers(2**31 - 1)), n_threads=n_threads,
+            )
+            for arm, kernel in chosen.items():
+                embeddings[arm].y_kernel = kernel
+            report.curves.extend(curves)
+            report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
+            report.seconds += time.perf_counter() - y_started
+        else:
+            report.notes.append("the outcome bandwidth is tuned for a one-dimensional outcome only; the rule was kept")
     timing = {
         "propensity": prop_seconds,
+        "tuning": report.seconds,
         "estimator": estimator_seconds,
         "total": time.perf_counter() - started,
     }
@@ -192,6 +228,7 @@ def fit(
         embeddings=embeddings,
         timing=timing,
         clip=clip,
+        tuning=report,
     )
 
 

@@ -54,6 +54,8 @@ __all__ = [
     "ridge_contract",
     "ridge_weights",
     "n_features",
+    "pivoted_cholesky",
+    "krr_loo_path",
     "kernel_quadratic_forms",
 ]
 
@@ -511,6 +513,62 @@ def ridge_weights(
         x_kernel=x_kernel, x_bandwidth=x_bw, V_eval=V_eval, n_threads=_threads(n_threads),
     )
     return c1, c0
+
+
+def pivoted_cholesky(X, kernel: str, bandwidth, tol: float, max_rank: int, n_threads: int = 0):
+    """Pivoted (incomplete) Cholesky factorisation k(X, X) ≈ L Lᵀ.
+
+    Block-greedy: panels of candidates with the largest residual diagonals
+    (the smaller index first among ties), accepted in turn while their residual
+    exceeds ``tol``; stops when the largest residual diagonal is at most
+    ``tol`` (raised to n·machine epsilon, the round-off level) or after
+    ``max_rank`` columns.  Run to that floor it is exact up to round-off.
+
+    Returns
+    -------
+    L : ndarray (n, r)
+    pivots : ndarray (r,) of int
+    residual : float
+        The largest residual diagonal left (a bound on the error of every entry).
+    """
+    X = _matrix(X, "X")
+    kernel = _kernel(kernel, "kernel")
+    bw = _bandwidth(bandwidth, X.shape[1], "bandwidth")
+    tol = _scalar(tol, "tol")
+    if tol < 0:
+        raise ParameterError(f"tol must be >= 0, got {tol}")
+    if isinstance(max_rank, bool) or not isinstance(max_rank, numbers.Integral) or max_rank < 1:
+        raise ParameterError(f"max_rank must be a positive integer, got {max_rank!r}")
+    L, pivots, residual = _call(
+        _core.pivoted_cholesky, X=X, kernel=kernel, bandwidth=bw, tol=tol, max_rank=int(max_rank),
+        n_threads=_threads(n_threads),
+    )
+    return L, np.asarray(pivots, dtype=np.int64), float(residual)
+
+
+def krr_loo_path(Q, s2, Z, lambdas, n_threads: int = 0):
+    r"""Leave-one-out and GCV criteria of kernel ridge regression along a path of penalties.
+
+    Ridge regression of the rows of ``Z`` (feature coordinates of RKHS-valued
+    targets: ``Z Zᵀ`` is their Gram matrix) on inputs whose kernel matrix is
+    ``K ≈ Q diag(s2) Qᵀ`` (``Q`` with orthonormal columns, e.g. the thin SVD of
+    a pivoted Cholesky factor), hat matrix ``H = K (K + nλI)⁻¹`` (the paper's
+    convention).  With ``r = (I − H) Z``:
+
+    ``loo(λ) = 1/n Σ_i ‖r_i‖² / (1 − H_ii)²``  (exact leave-one-out for a linear smoother),
+    ``gcv(λ) = 1/n Σ_i ‖r_i‖² / (1 − tr(H)/n)²``, ``dof(λ) = tr(H)``.
+
+    Each penalty costs O(n k q).
+    """
+    Q = _matrix(Q, "Q")
+    s2 = _vector(s2, "s2", Q.shape[1]) if Q.shape[1] else np.zeros(0)
+    Z = _matrix(Z, "Z")
+    _rows(Z, Q.shape[0], "Z", "Q")
+    lambdas = _vector(lambdas, "lambdas")
+    if (lambdas <= 0).any():
+        raise ParameterError(f"lambdas must be positive, got {lambdas.tolist()}")
+    loo, gcv, dof = _call(_core.krr_loo_path, Q=Q, s2=s2, Z=Z, lambdas=lambdas, n_threads=_threads(n_threads))
+    return np.asarray(loo), np.asarray(gcv), np.asarray(dof)
 
 
 def kernel_quadratic_forms(Z, W, kernel: str, bandwidth, normalized: bool = True, n_threads: int = 0) -> np.ndarray:

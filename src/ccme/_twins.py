@@ -124,6 +124,67 @@ def ridge_contract(L_V, V1, v_kernel, v_bandwidth, a, Y1, b, X1, L_X0, X0, Y0, x
     return out
 
 
+def pivoted_cholesky(X, kernel, bandwidth, tol, max_rank, n_threads=0, panel=64):
+    """Block-greedy pivoted Cholesky of k(X, X), the core's algorithm written plainly.
+
+    Panels of up to ``panel`` candidates (largest residual diagonals, smaller
+    index first among ties); inside a panel, the largest remaining residual is
+    accepted while it exceeds ``tol``.
+    """
+    X = _2d(X)
+    n = len(X)
+    tol = max(tol, n * np.finfo(float).eps)
+    rmax = min(max_rank, n)
+    diag = np.ones(n)
+    L = np.zeros((n, 0))
+    pivots = []
+    while L.shape[1] < rmax:
+        want = min(panel, rmax - L.shape[1])
+        order = np.lexsort((np.arange(n), -diag))[:want]
+        cand = [int(i) for i in order if diag[i] > tol]
+        if not cand:
+            break
+        G = gram(X, X[cand], kernel, bandwidth) - L @ L[cand].T
+        dc = diag[cand].copy()
+        used = np.zeros(len(cand), dtype=bool)
+        while L.shape[1] < rmax:
+            free = np.flatnonzero(~used)
+            if free.size == 0:
+                break
+            best = free[np.argmax(dc[free])]
+            if not dc[best] > tol:
+                break
+            used[best] = True
+            col = G[:, best] / np.sqrt(dc[best])
+            L = np.column_stack([L, col])
+            pivots.append(cand[best])
+            for t in np.flatnonzero(~used):
+                c = col[cand[t]]
+                G[:, t] -= c * col
+                dc[t] -= c * c
+            diag = diag - col**2
+            diag[cand[best]] = 0.0
+    residual = float(max(diag.max(), 0.0)) if L.shape[1] < n else 0.0
+    return L, np.asarray(pivots, dtype=np.int64), residual
+
+
+def krr_loo_path(Q, s2, Z, lambdas, n_threads=0):
+    """Leave-one-out and GCV with the hat matrix of K = Q diag(s2) Qᵀ materialised."""
+    Q, Z = _2d(Q), _2d(Z)
+    n = len(Q)
+    K = (Q * np.asarray(s2)) @ Q.T
+    loo, gcv, dof = [], [], []
+    for lam in np.atleast_1d(lambdas):
+        H = K @ np.linalg.inv(K + n * lam * np.eye(n))
+        R = Z - H @ Z
+        sq = np.sum(R**2, axis=1)
+        h = np.diag(H)
+        loo.append(np.mean(sq / (1 - h) ** 2))
+        gcv.append(np.mean(sq) / (1 - np.trace(H) / n) ** 2)
+        dof.append(np.trace(H))
+    return np.array(loo), np.array(gcv), np.array(dof)
+
+
 def kernel_quadratic_forms(Z, W, kernel, bandwidth, normalized=True, n_threads=0):
     Z, W = _2d(Z), _2d(W)
     K = gram(Z, Z, kernel, bandwidth, normalized=normalized)

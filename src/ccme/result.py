@@ -40,10 +40,12 @@ class CCMEResult:
         Cross-fitted propensity scores and their diagnostics.
     timing : dict
         Seconds spent in each step of the fit.
+    tuning : ccme.tuning.TuningReport
+        What the automatic tuning chose, its criterion curves and its time.
     """
 
     def __init__(self, *, call, design, method, mode, folds, seed, estimator, options, prepared, propensity,
-                 propensity_columns, outcome_columns, overlap, embeddings, timing, clip):
+                 propensity_columns, outcome_columns, overlap, embeddings, timing, clip, tuning=None):
         self.call = call
         self.design = design
         self.formula = design.formula
@@ -63,6 +65,7 @@ class CCMEResult:
         self.timing = timing
         self.clip = clip
         self._embeddings = embeddings
+        self.tuning = tuning
 
     # -- basic facts --------------------------------------------------------
     @property
@@ -97,6 +100,10 @@ class CCMEResult:
         if arm not in _ARMS:
             raise ParameterError(f"`arm` must be 1 (treated) or 0 (control); got {arm!r}")
         return self._embeddings[int(arm)]
+
+    def outcome_kernel(self, arm=1):
+        """The (normalised) outcome kernel with which arm ``arm``'s density, CDF and moments are read out."""
+        return self._embedding(arm).y_kernel
 
     def _v(self, newdata) -> np.ndarray:
         if newdata is None:
@@ -187,11 +194,17 @@ class CCMEResult:
                     )
         return pd.DataFrame(rows)
 
-    def summary(self, newdata=None):
-        """An R-style summary (a printable object; it prints nothing by itself)."""
+    def summary(self, newdata=None, n_boot: int = 0):
+        """An R-style summary (a printable object; it prints nothing by itself).
+
+        Its effects section gives, at each profile, the difference of means and
+        the MMD between the arms; ``n_boot > 0`` adds the p-value of
+        :meth:`test_effect` with that many bootstrap draws (off by default: the
+        bootstrap costs seconds at large n).
+        """
         from .summary import Summary
 
-        return Summary.from_result(self, newdata)
+        return Summary.from_result(self, newdata, n_boot=n_boot)
 
     def default_grid(self, size: int = 400) -> np.ndarray:
         """An outcome grid covering the data with a margin of three outcome bandwidths (d_y = 1)."""
@@ -225,37 +238,6 @@ class CCMEResult:
 
         return plot_densities(self, newdata=newdata, arm=arm, y=y, ax=ax, truth=truth, bands=bands, level=level,
                               n_boot=n_boot, **kwargs)
-
-    def training_history(self) -> pd.DataFrame:
-        """Training curves of a neural fit: one row per (arm, fold, stage, epoch).
-
-        Columns ``arm``, ``fold`` (1-based), ``stage`` (1: nuisance, 2:
-        pseudo-outcome regression; one-step has stage 1 only), ``epoch``,
-        ``train_loss`` and ``validation_loss`` (NaN without a validation
-        split), and ``best`` (the epoch whose weights were kept).  Trains any
-        arm not yet used (arms are trained on first use).
-        """
-        rows = []
-        for arm in _ARMS:
-            for fold, part in enumerate(self._embedding(arm).parts, start=1):
-                history = getattr(part, "history", None)
-                if history is None:
-                    raise ParameterError(f"method {self.method!r} has no training history (it is not trained by "
-                                         "gradient descent)")
-                for stage, h in sorted(history.items()):
-                    for epoch, loss in enumerate(h.train):
-                        rows.append({
-                            "arm": arm, "fold": fold, "stage": stage, "epoch": epoch + 1, "train_loss": loss,
-                            "validation_loss": h.validation[epoch] if epoch < len(h.validation) else np.nan,
-                            "best": epoch == h.best_epoch,
-                        })
-        return pd.DataFrame(rows)
-
-    def plot_training(self, ax=None, **kwargs):
-        """Loss per epoch of each stage, fold and arm of a neural fit (validation dashed); returns the Axes."""
-        from .plotting import plot_training
-
-        return plot_training(self, ax=ax, **kwargs)
 
     # -- beyond the density: functionals, effects, uncertainty (issue 6) ---
     def quantile(self, q, newdata=None, arm=1) -> np.ndarray:

@@ -46,7 +46,7 @@ class Summary:
     table_title: str
 
     @classmethod
-    def from_result(cls, res, newdata=None) -> "Summary":
+    def from_result(cls, res, newdata=None, n_boot: int = 0) -> "Summary":
         design = res.design
         n1, n0 = res.n_arm[1], res.n_arm[0]
         treatment = design.treatment
@@ -80,8 +80,14 @@ class Summary:
         parts = res._embeddings[1].parts + res._embeddings[0].parts
         jitters = [v for f in parts for v in getattr(f, "jitter", {}).values()]
         sections = [("Data", tuple(data_rows))]
-        sections += [(title, tuple(rows)) for title, rows in res.estimator.describe(res.hyperparameters, res)]
+        for title, rows in res.estimator.describe(res.hyperparameters, res):
+            if title == "Kernels":
+                rows = list(rows) + _readout_rows(res)
+            sections.append((title, tuple(rows)))
+        if res.tuning is not None and res.tuning.chosen:
+            sections.append(("Tuning", tuple(_tuning_rows(res.tuning))))
         sections.append(("Propensity", tuple(prop_rows)))
+        sections.append(("Effects (Y1 vs Y0 at the profiles)", tuple(_effect_rows(res, newdata, n_boot))))
         if any(j > 0 for j in jitters):
             sections.append(("Numerics", (("Cholesky jitter", f"up to {max(jitters):.3g} added"),)))
         title = (
@@ -129,6 +135,30 @@ class Summary:
         return self.table.copy()
 
 
+def _readout_rows(res) -> list:
+    """The arms' read-out kernels, when they differ from the embedding's outcome kernel."""
+    common = res.kernels["y"]
+    k1, k0 = res.outcome_kernel(1), res.outcome_kernel(0)
+    if k1 == common and k0 == common:
+        return []
+    names = res.design.y_names
+    return [("Y density, treated", k1.describe(names)), ("Y density, control", k0.describe(names))]
+
+
+def _tuning_rows(report) -> list:
+    rows = []
+    for name, label in (("lam0", "lambda0"), ("lam1", "lambda1"), ("y_bandwidth", "Y bandwidth")):
+        if name in report.chosen:
+            curves = [c for c in report.curves if c.parameter == name]
+            rows.append((label, f"{curves[0].criterion_name} over {len(curves[0].values)} values"))
+    for name in ("x_bandwidth_factor", "v_bandwidth_factor"):
+        if name in report.chosen:
+            rows.append((name.replace("_factor", ""), f"factor {report.chosen[name]:g} of the rule (LOO)"))
+    rows.append(("Time", f"{report.seconds:.2f} s"))
+    rows += [("Note", note) for note in report.notes]
+    return rows
+
+
 def _profile_table(res, newdata) -> pd.DataFrame:
     frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
     table = frame[[c for c in res.design.v_variables if c in frame.columns]].copy()
@@ -143,3 +173,22 @@ def _profile_table(res, newdata) -> pd.DataFrame:
         table[f"sd Y0{suffix}"] = sds[0][:, j]
         table[f"diff{suffix}"] = means[1][:, j] - means[0][:, j]
     return table
+
+
+def _effect_rows(res, newdata, n_boot: int) -> list:
+    """Per profile: difference of means, MMD and (with ``n_boot`` > 0, method="ridge") the test's p-value."""
+    table = res.effect(newdata, q=[])
+    pvalues = None
+    if n_boot and res.method == "ridge" and len(res.design.y_names) == 1:
+        pvalues = res.test_effect(newdata, n_boot=n_boot).table["pvalue"].to_numpy()
+    mean_cols = [c for c in table.columns if c.startswith("mean diff")]
+    rows = []
+    for i, label in enumerate(table.index):
+        diffs = ", ".join(f"{c} {_fmt(table[c].iloc[i])}" for c in mean_cols)
+        text = f"{diffs}; MMD {_fmt(table['mmd'].iloc[i])}"
+        if pvalues is not None:
+            text += f"; p = {_fmt(pvalues[i])} (MMD test, {n_boot} draws)"
+        rows.append((str(label), text))
+    if pvalues is None:
+        rows.append(("Test", "res.test_effect(newdata) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
+    return rows

@@ -58,6 +58,8 @@ class RidgeFoldArm:
         First-stage factor of K_X0 + mλ₀I, covariates and outcomes of the arm's D0 units.
     jitter : dict
         Jitter added to each factorisation (0 when none was needed).
+    atom_units : ndarray of int, optional
+        The data row behind each atom (Y1's rows, then Y0's), in the order of :meth:`weights`.
     """
 
     L_V: np.ndarray
@@ -72,6 +74,7 @@ class RidgeFoldArm:
     Y0: np.ndarray
     x_kernel: Kernel
     jitter: dict
+    atom_units: np.ndarray | None = None
 
     @property
     def n_atoms(self) -> int:
@@ -162,7 +165,7 @@ class RidgeFold:
             return RidgeFoldArm(
                 L_V=L_V, V1=V[rows], v_kernel=self.v_kernel, a=np.ones(len(rows)), Y1=Y[rows],
                 b=np.zeros(len(rows)), X1=no_x, L_X0=_EMPTY, X0=no_x, Y0=no_y, x_kernel=self.x_kernel,
-                jitter={"V": jit_v},
+                jitter={"V": jit_v}, atom_units=rows,
             )
         n = len(target)
         L_V, jit_v = self._factor_second_stage(self.lam1[arm])
@@ -184,10 +187,11 @@ class RidgeFold:
             X1, X0, Y0 = Xo[target], Xo[rows0], Y[rows0]
         else:
             L_X0, X1, X0, Y0 = _EMPTY, no_x, no_x, no_y
+            rows0 = np.zeros(0, dtype=np.intp)
         return RidgeFoldArm(
             L_V=L_V, V1=V[target], v_kernel=self.v_kernel, a=np.ascontiguousarray(a, dtype=np.float64),
             Y1=Y[target], b=np.ascontiguousarray(b, dtype=np.float64), X1=X1, L_X0=L_X0, X0=X0, Y0=Y0,
-            x_kernel=self.x_kernel, jitter=jitter,
+            x_kernel=self.x_kernel, jitter=jitter, atom_units=np.concatenate([target, rows0]),
         )
 
 
@@ -241,7 +245,7 @@ class RidgeEstimator:
             ("Kernels", [
                 ("X (outcome model)", k["x"].describe(result.outcome_columns)),
                 ("V (second stage)", k["v"].describe(result.design.v_names)),
-                ("Y (density)", k["y"].describe(result.design.y_names)),
+                ("Y (outcome)", k["y"].describe(result.design.y_names)),
             ]),
             ("Penalties (K + n*lambda*I)", [
                 ("lambda0 (stage 1)", _per_arm_text(prepared["lam0"])),

@@ -1,0 +1,165 @@
+"""Automatic tuning: the compiled LOO path against twins and brute-force refits; tune= behaviour."""
+
+import numpy as np
+import pytest
+
+import ccme
+from ccme import _backend, _twins
+from ccme.tuning import LAMBDA_GRID
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(7)
+    V = rng.normal(size=(90, 3))
+    Y = (V[:, :1] + 0.5 * rng.normal(size=(90, 1))) * 2.0
+    return V, Y
+
+
+def test_pivoted_cholesky_matches_twin_and_is_exact_at_full_rank(problem):
+    V, _ = problem
+    bw = np.array([1.5, 2.0, 1.0])
+    for tol, max_rank in ((0.0, 90), (1e-3, 90), (0.0, 17)):
+        L, piv, res = _backend.pivoted_cholesky(V, "matern52", bw, tol, max_rank)
+        L2, piv2, res2 = _twins.pivoted_cholesky(V, "matern52", bw, tol, max_rank)
+        np.testing.assert_array_equal(piv, piv2)
+        np.testing.assert_allclose(L, L2, rtol=1e-10, atol=1e-12)
+        assert res == pytest.approx(res2, abs=1e-12)
+        K = _twins.gram(V, V, "matern52", bw)
+        assert np.abs(K - L @ L.T).max() <= max(res, 1e-12) * (1 + 1e-9)
+    L, _, res = _backend.pivoted_cholesky(V, "gaussian", bw, 0.0, 90)
+    assert res == 0.0
+    np.testing.assert_allclose(L @ L.T, _twins.gram(V, V, "gaussian", bw), atol=1e-10)
+
+
+def test_loo_path_matches_twin(problem):
+    V, Y = problem
+    rng = np.random.default_rng(1)
+    Q, _ = np.linalg.qr(rng.normal(size=(90, 30)))
+    s2 = rng.uniform(0.01, 20, 30)
+    Z = rng.normal(size=(90, 4))
+    lams = np.logspace(-4, 0, 6)
+    for got, want in zip(_backend.krr_loo_path(Q, s2, Z, lams), _twins.krr_loo_path(Q, s2, Z, lams)):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def _exact_spectrum(V, bw):
+    K = _twins.gram(V, V, "gaussian", bw)
+    s2, W = np.linalg.eigh(K)
+    keep = s2 > 1e-13 * s2.max()
+    return W[:, keep], s2[keep]
+
+
+def test_loo_equals_brute_force_refits(problem):
+    """Leave-one-out refits of the RKHS-valued ridge regression, done one by one.
+
+    The refit without unit i keeps the penalty nλ of the full fit (the usual
+    leave-one-out identity for a linear smoother), and its error is the RKHS
+    distance ‖φ(Y_i) − Σ_j β_j φ(Y_j)‖², computed from the outcome Gram matrix.
+    """
+    V, Y = problem
+    n = len(V)
+    bw_v, bw_y = np.array([1.3, 1.3, 1.3]), np.array([0.8])
+    Ky = _twins.gram(Y, Y, "gaussian", bw_y)
+    Kv = _twins.gram(V, V, "gaussian", bw_v)
+    lams = np.array([1e-3, 1e-2, 1e-1])
+    brute = []
+    for lam in lams:
+        total = 0.0
+        for i in range(n):
+            keep = np.arange(n) != i
+            beta = np.linalg.solve(Kv[np.ix_(keep, keep)] + n * lam * np.eye(n - 1), Kv[keep, i])
+            total += Ky[i, i] - 2 * beta @ Ky[keep, i] + beta @ Ky[np.ix_(keep, keep)] @ beta
+        brute.append(total / n)
+    G, _, _ = _backend.pivoted_cholesky(Y, "gaussian", bw_y, 0.0, n)  # exact outcome features
+    Q, s2 = _exact_spectrum(V, bw_v)
+    loo, _, _ = _backend.krr_loo_path(Q, s2, G, lams)
+    np.testing.assert_allclose(loo, brute, rtol=1e-8)
+
+
+def test_core_tuning_is_thread_invariant(problem):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(1300, 4))  # several row blocks of the core's loops
+    a = _backend.pivoted_cholesky(X, "gaussian", np.full(4, 1.5), 1e-6, 150, n_threads=1)
+    b = _backend.pivoted_cholesky(X, "gaussian", np.full(4, 1.5), 1e-6, 150, n_threads=2)
+    np.testing.assert_array_equal(a[0], b[0])
+    Q = a[0] / np.linalg.norm(a[0], axis=0)  # any n x k matrix exercises the arithmetic
+    Z = rng.normal(size=(1300, 5))
+    s2 = np.linspace(1, 10, Q.shape[1])
+    for x, y in zip(_backend.krr_loo_path(Q, s2, Z, LAMBDA_GRID, n_threads=1),
+                    _backend.krr_loo_path(Q, s2, Z, LAMBDA_GRID, n_threads=2)):
+        np.testing.assert_array_equal(x, y)
+
+
+F = "y ~ a | x1 + x2 + x3 | x4 + x5 + x6"
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ccme.datasets.paper_simulation(600, seed=12)
+
+
+@pytest.fixture(scope="module")
+def tuned(data):
+    return ccme.fit(F, data, seed=3, propensity="forest")
+
+
+def test_auto_tuning_reports_its_choices(tuned):
+    report = tuned.tuning
+    assert set(report.chosen) == {"lam0", "lam1", "y_bandwidth"}
+    for arm in (1, 0):
+        assert report.chosen["lam0"][arm] in LAMBDA_GRID
+        assert tuned.penalties["lam0"][arm] == report.chosen["lam0"][arm]
+    assert report.chosen["lam1"][1] == report.chosen["lam1"][0] == tuned.penalties["lam1"][1]
+    for curve in report.curves:
+        assert curve.chosen == curve.values[np.nanargmin(curve.criterion)]
+    frame = report.to_frame()
+    assert set(frame.parameter) == {"lam0", "lam1", "y_bandwidth"}
+    assert report.seconds > 0 and tuned.timing["tuning"] == report.seconds
+    for arm in (1, 0):
+        k = tuned.outcome_kernel(arm)
+        assert k.bandwidth_array[0] == pytest.approx(report.chosen["y_bandwidth"][arm])
+        assert "weighted ISE-CV" in k.rule
+    text = str(tuned.summary())
+    assert "Tuning:" in text and "LOO (RKHS)" in text and "Y density, treated" in text
+
+
+def test_user_values_are_not_tuned(data):
+    res = ccme.fit(F, data, seed=3, lam=0.05, y_bandwidth=1.5)
+    assert res.penalties["lam0"] == {1: 0.05, 0: 0.05} and res.penalties["lam1"] == {1: 0.05, 0: 0.05}
+    assert res.outcome_kernel(1).bandwidth == (1.5,) and res.tuning.chosen == {}
+    res = ccme.fit(F, data, seed=3, lam1=0.05)
+    assert set(res.tuning.chosen) == {"lam0", "y_bandwidth"}
+
+
+def test_tune_none_and_grids(data):
+    res = ccme.fit(F, data, seed=3, tune="none")
+    assert res.tuning.chosen == {} and res.penalties["lam1"] == {1: 0.01, 0: 0.01}
+    res = ccme.fit(F, data, seed=3, tune={"lam1": [0.003, 0.3], "v_bandwidth": [0.5, 1.0, 2.0]})
+    assert res.penalties["lam1"][1] in (0.003, 0.3)
+    assert res.tuning.chosen["v_bandwidth_factor"] in (0.5, 1.0, 2.0)
+    assert "LOO" in res.kernels["v"].rule
+    assert len([c for c in res.tuning.curves if c.parameter == "lam1"]) == 3
+
+
+def test_bad_tune_arguments(data):
+    with pytest.raises(ccme.ParameterError, match="`tune` must be"):
+        ccme.fit(F, data, tune="grid")
+    with pytest.raises(ccme.ParameterError, match="unknown key"):
+        ccme.fit(F, data, tune={"alpha": [1.0]})
+    with pytest.raises(ccme.ParameterError, match="positive numbers"):
+        ccme.fit(F, data, tune={"lam1": [-1.0]})
+    with pytest.raises(ccme.ParameterError, match="both set and asked to be tuned"):
+        ccme.fit(F, data, tune={"lam1": [0.1]}, lam1=0.2)
+
+
+def test_plot_tuning(tuned):
+    import matplotlib.pyplot as plt
+
+    axes = tuned.plot_tuning()
+    assert len(axes) == 3
+    assert len(axes[0].get_lines()) == 4  # two arms: curve + chosen marker each
+    plt.close(axes[0].figure)
+    untuned = ccme.fit(F, ccme.datasets.paper_simulation(200, seed=1), seed=1, tune="none")
+    with pytest.raises(ccme.ParameterError, match="nothing was tuned"):
+        untuned.plot_tuning()
