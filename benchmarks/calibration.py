@@ -7,7 +7,8 @@ long: run it in the background)::
     PYTHONPATH=src nohup python benchmarks/calibration.py power > /tmp/cal-power.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py bands > /tmp/cal-bands.log &
 
-``size`` and ``power`` use :func:`scale_data` (confounded, V = x1; Y¹ has
+Fits use the fixed default hyperparameters (``tune="none"``), so the numbers
+describe the bootstrap, not the tuning.  ``size`` and ``power`` use :func:`scale_data` (confounded, V = x1; Y¹ has
 ``scale`` times the noise of Y⁰ and the same mean, so only a distributional
 test can see the effect; ``scale = 1`` is the null).  ``bands`` uses the
 paper's simulation and the smoothed target E[k(Y¹, y) | V = v] computed from
@@ -57,7 +58,7 @@ def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_glo
         data = scale_data(n, scale, seed0 + r)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r)
+            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
             test = res.test_effect(n_boot=n_boot, n_global=n_global)
             point = res.test_effect(SCALE_PROFILES.iloc[[1]], n_boot=n_boot)
         pglob.append(test.pvalue)
@@ -94,7 +95,7 @@ def band_coverage(n: int, reps: int, *, feature: str = "density", level: float =
         data = paper_simulation(n, seed=seed0 + r)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(PAPER_FORMULA, data, propensity="forest", seed=seed0 + r)
+            res = ccme.fit(PAPER_FORMULA, data, propensity="forest", seed=seed0 + r, tune="none")
             y = np.linspace(-5.0, 45.0, grid_size)
             b = res.bands(level, PAPER_PROFILES, arm=1, y=y, feature=feature, n_boot=n_boot)
         target = smoothed_target(y, PAPER_PROFILES, res._embedding(1).y_kernel.bandwidth_array[0], 1, feature)
@@ -116,15 +117,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=["size", "power", "bands"])
     parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument("--n", type=int, nargs="+", default=None, help="sample sizes")
     args = parser.parse_args(argv)
     if args.part == "size":
-        settings = [dict(n=n, scale=1.0, reps=args.reps or 200) for n in (500, 1000)]
+        settings = [dict(n=n, scale=1.0, reps=args.reps or 200) for n in (args.n or (500, 1000))]
         run = rejection_rates
     elif args.part == "power":
-        settings = [dict(n=n, scale=1.5, reps=args.reps or 100) for n in (250, 500, 1000, 2000)]
+        settings = [dict(n=n, scale=1.5, reps=args.reps or 100) for n in (args.n or (250, 500, 1000, 2000))]
         run = rejection_rates
     else:
-        settings = [dict(n=n, reps=args.reps or 100, feature=f) for n in (1000, 2000) for f in ("density", "cdf")]
+        settings = [dict(n=n, reps=args.reps or 100, feature=f) for n in (args.n or (1000, 2000))
+                    for f in ("density", "cdf")]
         run = band_coverage
     for s in settings:
         start = time.time()

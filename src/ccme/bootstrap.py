@@ -218,7 +218,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     _check_boot(n_boot, level)
     if feature not in ("density", "cdf"):
         raise ParameterError(f"`feature` must be 'density' or 'cdf'; got {feature!r}")
-    kernel = res._embedding(1).y_kernel  # the outcome kernel the embeddings use (shared by both arms)
+    kernel = res._embedding(arm).y_kernel  # the kernel the arm's density and CDF are read out with
     lin = _linear(res, arm, V, y, feature, kernel.name, kernel.bandwidth_array, n_threads)
     lin_mass = _mass_linear(res, arm, V, n_threads)
     g = _multipliers(res.n, n_boot, seed)
@@ -292,7 +292,7 @@ def _mmd_grid(res):
     s = σ/√2, over the data ± 8σ.  For Gaussians the trapezoid error at that step
     is below exp(−2π²·4) ≈ 1e-34 relative; the tails beyond 8σ hold < 1e-27.
     """
-    kernel = res._embedding(1).y_kernel  # the outcome kernel the embeddings use (shared by both arms)
+    kernel = res.kernels["y"]  # the RKHS of the MMD (see ccme.effects)
     if kernel.name != "gaussian":
         raise ParameterError(
             f"statistic='mmd' is calibrated for the Gaussian outcome kernel; y_kernel={kernel.name!r}: "
@@ -376,10 +376,10 @@ def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: flo
     qte, lower, upper : ndarrays (n_v, len(q))
     """
     _check_boot(n_boot, level)
-    kernel = res._embedding(1).y_kernel  # the outcome kernel the embeddings use (shared by both arms)
     g = _multipliers(res.n, n_boot, seed)
     lin, lin_mass, raw, mass = {}, {}, {}, {}
     for arm in (1, 0):
+        kernel = res._embedding(arm).y_kernel  # each arm's CDF as read out
         lin[arm] = _linear(res, arm, V, grid[:, None], "cdf", kernel.name, kernel.bandwidth_array, n_threads)
         lin_mass[arm] = _mass_linear(res, arm, V, n_threads)
         raw[arm] = sum(p.estimate() for p in lin[arm])

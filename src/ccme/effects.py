@@ -9,8 +9,9 @@ every estimator:
 - quantile treatment effects Q₁(q | v) − Q₀(q | v) (d_y = 1), from the
   normalised, monotone CDFs;
 - the maximum mean discrepancy ‖μ̂_{Y¹|V}(v) − μ̂_{Y⁰|V}(v)‖ in the RKHS of the
-  outcome kernel *as fitted* (the embeddings' normalised kernel ``y_kernel``, so
-  that the embedding's inner product with φ(y) is the density estimate).  It is
+  outcome kernel *as fitted* (``res.kernels["y"]``, the normalised kernel of
+  the embedding; the weights c_k(v) do not depend on it, and an arm's density
+  read-out kernel, if tuned separately, does not change it).  It is
   computed exactly from the weights and atoms: with Z the atoms of both arms
   and W = [c₁; −c₀], MMD² = Wᵀ k(Z, Z) W = c₁ᵀK₁₁c₁ − 2c₁ᵀK₁₀c₀ + c₀ᵀK₀₀c₀, in
   the compiled core (tile by tile, never forming k(Z, Z)).  It is the distance
@@ -47,12 +48,11 @@ def _merged(atoms: np.ndarray, weights: np.ndarray):
     return np.ascontiguousarray(unique), merged
 
 
-def mmd(emb1, emb0, V_eval: np.ndarray, n_threads: int = 0) -> np.ndarray:
-    """‖μ̂₁(v) − μ̂₀(v)‖ in the outcome kernel's RKHS for each row of ``V_eval``, shape (n,)."""
+def mmd(emb1, emb0, V_eval: np.ndarray, kernel, n_threads: int = 0) -> np.ndarray:
+    """‖μ̂₁(v) − μ̂₀(v)‖ in the RKHS of the normalised ``kernel`` for each row of ``V_eval``, shape (n,)."""
     atoms1, c1 = emb1.weights(V_eval)
     atoms0, c0 = emb0.weights(V_eval)
     atoms, W = _merged(np.vstack([atoms1, atoms0]), np.vstack([c1, -c0]))
-    kernel = emb1.y_kernel
     q = _backend.kernel_quadratic_forms(atoms, W, kernel.name, kernel.bandwidth_array, normalized=True,
                                         n_threads=n_threads)
     # Rounding can leave a tiny negative value when the embeddings coincide.
@@ -60,14 +60,14 @@ def mmd(emb1, emb0, V_eval: np.ndarray, n_threads: int = 0) -> np.ndarray:
 
 
 def fine_grid(res, size: int = 2001) -> np.ndarray:
-    """An increasing outcome grid over the data ± 6 outcome bandwidths (d_y = 1).
+    """An increasing outcome grid over the data ± 6 outcome bandwidths (the larger arm's; d_y = 1).
 
     Beyond six bandwidths the kernel leaves less than 1e-9 of an atom's mass,
     so the normalised CDF is 0 and 1 at the ends up to that; the step is
     (range + 12σ)/(size − 1).
     """
-    kernel = res._embedding(1).y_kernel
-    sigma = kernel.bandwidth_array[0] * (2.0 if kernel.name == "laplace" else 1.0)
+    sigma = max(k.bandwidth_array[0] * (2.0 if k.name == "laplace" else 1.0)
+                for k in (res._embedding(1).y_kernel, res._embedding(0).y_kernel))
     y = res.design.Y[:, 0]
     return np.linspace(y.min() - 6.0 * sigma, y.max() + 6.0 * sigma, size)
 
@@ -93,7 +93,7 @@ def effect_table(res, V: np.ndarray, index, q=DEFAULT_QUANTILES) -> pd.DataFrame
             qte = emb1.quantile(V, q, grid) - emb0.quantile(V, q, grid)
             for j, level in enumerate(q):
                 table[f"qte {level:g}"] = qte[:, j]
-    table["mmd"] = mmd(emb1, emb0, V, n_threads=emb1.n_threads)
+    table["mmd"] = mmd(emb1, emb0, V, res.kernels["y"], n_threads=emb1.n_threads)
     if len(names) == 1:
         F1 = emb1.cdf(V, grid[:, None], normalize=True)
         F0 = emb0.cdf(V, grid[:, None], normalize=True)
