@@ -1,5 +1,28 @@
-"""Data sets with known ground truth, for examples, tests and benchmarks."""
+"""Data sets with known ground truth, and real data, for examples, tests and benchmarks.
 
+- :func:`paper_simulation` (with :func:`paper_simulation_density`, the exact
+  conditional density, and :func:`paper_simulation_ise`): the paper's
+  simulation of Section "Analysis of Double Robustness".
+- :func:`ihdp_surface_b` (with :func:`ihdp_density`): IHDP covariates with
+  Hill's response surface B, exact truth Y^a | X ~ N(μ_a(X), 1).
+- :func:`load_nsw`, :func:`load_nhefs`, :func:`load_ihdp_covariates`: real data
+  (sources and licences in the package's ``datasets/data/README.md``).
+"""
+
+from .ihdp import IHDP_BINARY, IHDP_CONTINUOUS, ihdp_density, ihdp_surface_b
 from .paper import PAPER_PROFILES, paper_simulation, paper_simulation_density, paper_simulation_ise
+from .real import load_ihdp_covariates, load_nhefs, load_nsw
 
-__all__ = ["paper_simulation", "paper_simulation_density", "paper_simulation_ise", "PAPER_PROFILES"]
+__all__ = [
+    "paper_simulation",
+    "paper_simulation_density",
+    "paper_simulation_ise",
+    "PAPER_PROFILES",
+    "ihdp_surface_b",
+    "ihdp_density",
+    "IHDP_CONTINUOUS",
+    "IHDP_BINARY",
+    "load_nsw",
+    "load_nhefs",
+    "load_ihdp_covariates",
+]
