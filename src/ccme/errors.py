@@ -16,6 +16,8 @@ __all__ = [
     "PositivityError",
     "NumericalError",
     "NotFittedError",
+    "FormatError",
+    "MemoryBudgetError",
     "CcmeWarning",
     "OverlapWarning",
     "DataWarning",
@@ -48,6 +50,14 @@ class NumericalError(CcmeError, ArithmeticError):
 
 class NotFittedError(CcmeError, AttributeError):
     """A quantity was requested that the fitted object does not hold."""
+
+
+class FormatError(CcmeError, ValueError):
+    """A saved result cannot be read: not a ccme file, damaged, tampered with, or from a newer format."""
+
+
+class MemoryBudgetError(CcmeError, MemoryError):
+    """A step needs more memory than is available (see :mod:`ccme.memory`)."""
 
 
 class CcmeWarning(UserWarning):
