@@ -13,6 +13,7 @@ from .estimators import ESTIMATORS, get_estimator
 from .estimators.base import resolve_options
 from .estimators.ridge import MODES, RIDGE_DEFAULTS
 from .formula import build_design, parse_formula
+from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics
 from .result import CCMEResult
 from .tuning import TuningReport, resolve_tune, tune_outcome_bandwidth, tune_ridge
@@ -157,6 +158,10 @@ def fit(
     Xo = np.ascontiguousarray(design.X[:, out_cols])
 
     prepared = estimator.prepare(options, design=design, Xo=Xo, seed=int(rng.integers(2**31 - 1)))
+    memory_bytes = getattr(estimator, "memory_bytes", None)
+    if memory_bytes is not None:  # refuse now, before the propensity and tuning work (ccme.memory)
+        check_allocation(memory_bytes(prepared, mode=mode, A=design.A, folds=fold_list),
+                         f"the {method} estimator's Cholesky factors (n = {n}, {len(fold_list)} folds)")
 
     prop_model = make_propensity(propensity, n, rng.integers(2**31 - 1))
     scores = np.empty(n)

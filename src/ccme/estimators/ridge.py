@@ -33,6 +33,7 @@ import numbers
 from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel, resolve_kernel
+from ..memory import check_allocation
 
 __all__ = ["RidgeEstimator", "RidgeFold", "RidgeFoldArm", "MODES", "RIDGE_DEFAULTS"]
 
@@ -144,10 +145,8 @@ class RidgeFold:
     def _factor_second_stage(self, lam):
         if lam not in self._second_stage:
             rows = self.target
-            self._second_stage[lam] = _backend.kernel_ridge_factor(
-                self.V[rows], self.v_kernel.name, self.v_kernel.bandwidth_array, len(rows) * lam,
-                n_threads=self.n_threads,
-            )
+            self._second_stage[lam] = _guarded_factor(self.V[rows], self.v_kernel, len(rows) * lam, self.n_threads,
+                                                      "the second-stage Cholesky factor of K_V + nλ₁I")
         return self._second_stage[lam]
 
     def arm(self, arm: int) -> RidgeFoldArm:
@@ -158,10 +157,8 @@ class RidgeFold:
         no_y = np.zeros((0, Y.shape[1]))
         if self.mode == "onestep":
             rows = target[in_arm]
-            L_V, jit_v = _backend.kernel_ridge_factor(
-                V[rows], self.v_kernel.name, self.v_kernel.bandwidth_array, len(rows) * self.lam1[arm],
-                n_threads=self.n_threads,
-            )
+            L_V, jit_v = _guarded_factor(V[rows], self.v_kernel, len(rows) * self.lam1[arm], self.n_threads,
+                                         "the one-step Cholesky factor of K_V + nλ₁I")
             return RidgeFoldArm(
                 L_V=L_V, V1=V[rows], v_kernel=self.v_kernel, a=np.ones(len(rows)), Y1=Y[rows],
                 b=np.zeros(len(rows)), X1=no_x, L_X0=_EMPTY, X0=no_x, Y0=no_y, x_kernel=self.x_kernel,
@@ -180,10 +177,8 @@ class RidgeFold:
         jitter = {"V": jit_v}
         if np.any(b != 0):
             rows0 = nuisance[A[nuisance] == arm]
-            L_X0, jitter["X"] = _backend.kernel_ridge_factor(
-                Xo[rows0], self.x_kernel.name, self.x_kernel.bandwidth_array, len(rows0) * self.lam0[arm],
-                n_threads=self.n_threads,
-            )
+            L_X0, jitter["X"] = _guarded_factor(Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm], self.n_threads,
+                                                "the first-stage Cholesky factor of K_X0 + mλ₀I")
             X1, X0, Y0 = Xo[target], Xo[rows0], Y[rows0]
         else:
             L_X0, X1, X0, Y0 = _EMPTY, no_x, no_x, no_y
@@ -193,6 +188,32 @@ class RidgeFold:
             Y1=Y[target], b=np.ascontiguousarray(b, dtype=np.float64), X1=X1, L_X0=L_X0, X0=X0, Y0=Y0,
             x_kernel=self.x_kernel, jitter=jitter, atom_units=np.concatenate([target, rows0]),
         )
+
+
+def _guarded_factor(Z, kernel: Kernel, shift: float, n_threads: int, what: str):
+    """:func:`ccme._backend.kernel_ridge_factor` after checking that its n × n factor fits in memory."""
+    n = len(Z)
+    check_allocation(8.0 * n * n, f"{what} ({n} × {n})")
+    return _backend.kernel_ridge_factor(Z, kernel.name, kernel.bandwidth_array, shift, n_threads=n_threads)
+
+
+def factor_bytes(mode: str, A: np.ndarray, folds, shared_second_stage: bool = True) -> float:
+    """Bytes of the Cholesky factors a ridge fit holds once both arms are built (8 bytes per entry).
+
+    Per fold: the second-stage factor over D1 (shared by the arms when their
+    λ₁ agree, ``shared_second_stage``; for one-step one per arm over the arm's
+    D1 units) and, for the modes with a first stage (dr, pi), one factor per
+    arm over the arm's D0 units.
+    """
+    total = 0.0
+    for fold in folds:
+        if mode == "onestep":
+            total += sum(float(np.sum(A[fold.target] == arm)) ** 2 for arm in (1, 0))
+            continue
+        total += (1 if shared_second_stage else 2) * float(len(fold.target)) ** 2
+        if mode in ("dr", "pi"):
+            total += sum(float(np.sum(A[fold.nuisance] == arm)) ** 2 for arm in (1, 0))
+    return 8.0 * total
 
 
 #: Documented defaults of the ridge estimator's hyperparameters.  The penalty
@@ -238,6 +259,10 @@ class RidgeEstimator:
             scores_target=scores_target, v_kernel=prepared["kernels"]["v"], x_kernel=prepared["kernels"]["x"],
             lam0=prepared["lam0"], lam1=prepared["lam1"], n_threads=n_threads,
         )
+
+    def memory_bytes(self, prepared, *, mode, A, folds) -> float:
+        """Bytes of the Cholesky factors the fit will hold (:func:`factor_bytes`), checked before fitting."""
+        return factor_bytes(mode, A, folds, shared_second_stage=prepared["lam1"][1] == prepared["lam1"][0])
 
     def describe(self, prepared, result) -> list:
         k = prepared["kernels"]
