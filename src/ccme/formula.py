@@ -205,7 +205,26 @@ def _materialize(formulaic, parser, spec_text, data, role, na_action="raise"):
         formula = formulaic.Formula(spec_text, _parser=parser) if isinstance(spec_text, str) else spec_text
         return formulaic.model_matrix(formula, data, na_action=na_action)
     except Exception as exc:
-        raise FormulaError(f"cannot build the {role} from {str(spec_text)!r}: {_clean(exc)}") from None
+        raise FormulaError(
+            f"cannot build the {role} from {str(spec_text)!r}: {_clean(exc)}{_shadow_hint(str(spec_text), data)}"
+        ) from None
+
+
+def _shadow_hint(text: str, data) -> str:
+    """A hint when a column's name is used as a function or module in ``text`` (``log(x)`` with a column ``log``).
+
+    formulaic looks names up in the data before the functions, so such a
+    column shadows the function and the evaluation fails with a message about
+    a pandas Series.
+    """
+    names = [str(c) for c in getattr(data, "columns", [])]
+    shadowing = [c for c in names if c.isidentifier() and re.search(rf"(?<![\w.`]){re.escape(c)}\s*[(.]", text)]
+    if not shadowing:
+        return ""
+    return (
+        f" (the data's column(s) {shadowing} shadow the function or module of the same name in the formula; "
+        "rename the column(s))"
+    )
 
 
 def _clean(exc: Exception) -> str:
@@ -340,8 +359,10 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
         raise DataError("no rows are left after dropping missing values")
 
     a, treatment = _treatment_column(frame, formula.treatment, treated)
-    y_mm = _materialize(formulaic, parser, outcome_part, frame, "outcome")
-    v_mm = _materialize(formulaic, parser, conditioning_part, frame, "conditioning variables V")
+    # Raw columns were checked above; what the transforms make of them
+    # (np.log(x) at x <= 0) is checked by _finite_rows below, with na_action.
+    y_mm = _materialize(formulaic, parser, outcome_part, frame, "outcome", na_action="ignore")
+    v_mm = _materialize(formulaic, parser, conditioning_part, frame, "conditioning variables V", na_action="ignore")
     Y = _numeric(y_mm, "outcome")
     V = _numeric(v_mm, "conditioning variables V")
     x_names = list(v_mm.columns)
@@ -349,7 +370,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
     X = V
     x3_spec = None
     if x3_formula is not None:
-        x3_mm = _materialize(formulaic, parser, x3_formula, frame, "further confounders")
+        x3_mm = _materialize(formulaic, parser, x3_formula, frame, "further confounders", na_action="ignore")
         x3_sources = _column_variables(x3_mm.model_spec, columns)
         keep = [i for i, c in enumerate(x3_mm.columns) if c not in set(x_names)]
         if keep:
@@ -357,6 +378,13 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
             x_names += [x3_mm.columns[i] for i in keep]
             x_sources += [x3_sources[i] for i in keep]
         x3_spec = x3_mm.model_spec
+    keep_rows, dropped = _finite_rows(Y, X, tuple(str(c) for c in y_mm.columns) + tuple(x_names), na_action)
+    if dropped:
+        if not keep_rows.any():
+            raise DataError("no rows are left after dropping the rows whose transformed values are missing or infinite")
+        Y, V, X, a = Y[keep_rows], V[keep_rows], X[keep_rows], a[keep_rows]
+        frame = frame.iloc[np.flatnonzero(keep_rows)]
+        n_dropped += dropped
     return Design(
         formula=formula,
         Y=Y,
@@ -381,8 +409,32 @@ def _probe_variables(formulaic, parser, part, frame, role) -> set[str]:
     """The raw columns a formula part reads (materialising it on a few rows)."""
     head = frame.iloc[: min(len(frame), 50)]
     matrix = _materialize(formulaic, parser, part, head, role, na_action="ignore")
-    variables = {v for v in _required(matrix) if v in frame.columns}
-    return variables
+    return _term_columns(part, frame.columns, _required(matrix))
+
+
+def _term_columns(terms, columns, reported) -> set[str]:
+    """The data columns that ``terms`` read, given the variables formulaic ``reported`` for them.
+
+    formulaic (1.2) mangles quoted names that contain dots when it lists the
+    variables a term reads: ``I(`x.1` ** 2)`` reports none, ```z ._``` reports
+    ``'z '``, ```a.b.c``` reports ``'a'``.  A name missed there would be left
+    out of ``newdata``'s encoding, and a spurious one would clash with another
+    role, so the names are read off the terms' factors: a looked-up factor is
+    its column; in an expression, the names inside backticks or ``Q('...')``,
+    and the reported names that appear bare outside them.
+    """
+    columns = set(columns)
+    found = set()
+    for term in terms:
+        for factor in getattr(term, "factors", ()):
+            expr = str(getattr(factor, "expr", ""))
+            if expr in columns:
+                found.add(expr)
+                continue
+            found |= {c for c in columns if f"`{c}`" in expr or f"Q('{c}')" in expr or f'Q("{c}")' in expr}
+            bare = re.sub(r"`[^`]*`|Q\((['\"]).*?\1\)", " ", expr)
+            found |= {v for v in reported if v in columns and re.search(rf"(?<![\w.]){re.escape(v)}(?!\w)", bare)}
+    return found
 
 
 def _numeric(matrix, role) -> np.ndarray:
@@ -406,10 +458,44 @@ def _encode_with_spec(spec, newdata, variables, name) -> np.ndarray:
     frame = newdata[list(variables)]
     _check_finite(frame, variables, "raise")
     try:
-        matrix = spec.get_model_matrix(frame, na_action="raise")
+        matrix = spec.get_model_matrix(frame, na_action="ignore")  # NaN from transforms: checked below
     except Exception as exc:
         raise DataError(f"cannot encode `{name}` like the training data: {_clean(exc)}") from None
-    return _numeric(matrix, f"`{name}`")
+    values = _numeric(matrix, f"`{name}`")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        columns = [str(c) for c, b in zip(matrix.columns, bad.any(axis=0)) if b]
+        raise DataError(
+            f"`{name}` gives missing or infinite values in {columns} ({int(bad.any(axis=1).sum())} rows) "
+            "after the formula's transforms"
+        )
+    return values
+
+
+def _finite_rows(Y: np.ndarray, X: np.ndarray, names, na_action: str) -> tuple[np.ndarray, int]:
+    """Rows whose encoded values are all finite; raise (or warn and drop) otherwise.
+
+    The raw columns were checked before; this catches what a transform makes
+    of finite data (``np.log(x)`` at x ≤ 0, ``I(1/x)`` at 0), which would
+    otherwise reach the kernels as NaN.
+    """
+    bad = ~np.isfinite(np.hstack([Y, X]))
+    if not bad.any():
+        return np.ones(len(Y), dtype=bool), 0
+    rows = bad.any(axis=1)
+    problems = ", ".join(f"{name!r} ({int(count)} rows)" for name, count in zip(names, bad.sum(axis=0)) if count)
+    if na_action == "drop":
+        warnings.warn(
+            f"dropped {int(rows.sum())} of {len(rows)} rows where the formula's transforms give missing or "
+            f"infinite values: {problems}",
+            DataWarning,
+            stacklevel=4,
+        )
+        return ~rows, int(rows.sum())
+    raise DataError(
+        f"the formula's transforms give missing or infinite values in {problems}; "
+        "change the transform or pass na_action='drop' to drop those rows"
+    )
 
 
 def _column_variables(spec, columns) -> list[frozenset]:
@@ -417,7 +503,7 @@ def _column_variables(spec, columns) -> list[frozenset]:
     sources = [frozenset()] * len(spec.column_names)
     known = set(columns)
     for term, indices in spec.term_indices.items():
-        variables = frozenset(v for v in spec.term_variables[term] if v in known)
+        variables = frozenset(_term_columns([term], known, spec.term_variables[term]))
         for i in indices:
             sources[i] = variables
     return sources

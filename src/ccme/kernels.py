@@ -104,7 +104,10 @@ def median_bandwidth(Z: np.ndarray, seed: int = 0, *, what: str = "bandwidth") -
     sd = Z.std(axis=0)
     constant = ~(sd > 1e-12 * np.maximum(1.0, np.abs(Z).max(axis=0)))
     if constant.all():
-        raise ParameterError(f"cannot choose the {what}: every column is constant")
+        raise ParameterError(
+            f"cannot choose the {what} by the median heuristic: every column of {_role(what)} is constant, so the "
+            f"kernel carries no information; remove the constant columns from the formula or pass {what}=<number>"
+        )
     if constant.any():
         warnings.warn(
             f"{int(constant.sum())} constant column(s) ignored by the kernel ({what}: infinite bandwidth)",
@@ -121,9 +124,18 @@ def median_bandwidth(Z: np.ndarray, seed: int = 0, *, what: str = "bandwidth") -
     distances = np.sqrt(d2[np.triu_indices(len(standardised), k=1)])
     positive = distances[distances > 0]
     if positive.size == 0:
-        raise ParameterError(f"cannot choose the {what}: all rows are identical")
+        raise ParameterError(
+            f"cannot choose the {what} by the median heuristic: all rows of {_role(what)} are identical; "
+            f"pass {what}=<number>"
+        )
     median = float(np.median(positive))
     return np.where(constant, np.inf, scale * median)
+
+
+def _role(what: str) -> str:
+    """The matrix a bandwidth parameter belongs to, for messages."""
+    return {"x_bandwidth": "X (the outcome model's covariates)", "v_bandwidth": "V (the conditioning variables)",
+            "y_bandwidth": "Y (the outcome)"}.get(what, "the data")
 
 
 def silverman_bandwidth(Y: np.ndarray) -> np.ndarray:
