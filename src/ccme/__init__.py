@@ -18,15 +18,18 @@ from .errors import (
     CcmeWarning,
     DataError,
     DataWarning,
+    FormatError,
     FormulaError,
+    MemoryBudgetError,
     NotFittedError,
     NumericalError,
     OverlapWarning,
     ParameterError,
     PositivityError,
 )
+from .io import load
 from .result import CCMEResult
 
 __version__ = "0.1.0"
 
-__all__ = ["fit", "CCMEResult", "datasets", "METHODS", "MODES", "RIDGE_DEFAULTS", *errors.__all__]
+__all__ = ["fit", "load", "CCMEResult", "datasets", "METHODS", "MODES", "RIDGE_DEFAULTS", *errors.__all__]

@@ -46,7 +46,9 @@ from .training import (
     Standardizer,
     describe_training,
     make_mlp,
+    network_from_arrays,
     network_outputs,
+    network_to_arrays,
     pseudo_outcome_coefficients,
     require_torch,
     resolve_training,
@@ -325,6 +327,21 @@ class DeepFeatureFoldArm(FactoredArm):
         """h(v) = (ΨᵀΨ + nλ₁I)⁻¹ψ(v), shape (M, n_eval)."""
         return np.linalg.solve(self.feature_map.G, self.feature_map(V_eval).T)
 
+    def to_arrays(self) -> dict:
+        """The fitted estimator as arrays and plain values for :mod:`ccme.io` (the network as its weights)."""
+        fm = self.feature_map
+        return {"atoms": self.atoms, "loadings": self.loadings, "history": self.history, "pseudo": self.pseudo,
+                "jitter": self.jitter, "network": network_to_arrays(fm.net, fm.standardizer, fm.dtype, fm.device),
+                "Psi": fm.Psi, "G": fm.G, "network_history": fm.history}
+
+    @classmethod
+    def from_arrays(cls, state: dict) -> "DeepFeatureFoldArm":
+        """Inverse of :meth:`to_arrays`."""
+        net, standardizer, dtype, device = network_from_arrays(state["network"])
+        fmap = _FeatureMap(net, standardizer, state["Psi"], state["G"], state["network_history"], dtype, device)
+        arm = cls(state["atoms"], state["loadings"], fmap, state["history"], state["pseudo"])
+        arm.jitter = state["jitter"]
+        return arm
 
 def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_target, prepared, seed, fold_index,
                            n_threads=0):

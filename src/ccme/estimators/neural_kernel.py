@@ -37,7 +37,9 @@ from .training import (
     Standardizer,
     describe_training,
     make_mlp,
+    network_from_arrays,
     network_outputs,
+    network_to_arrays,
     pseudo_outcome_coefficients,
     require_torch,
     resolve_training,
@@ -115,6 +117,18 @@ class NeuralKernelFoldArm(FactoredArm):
         """f(v), shape (M, n_eval)."""
         return network_outputs(self.net, self.standardizer, V_eval, self._dtype, self._device).T
 
+    def to_arrays(self) -> dict:
+        """The fitted estimator as arrays and plain values for :mod:`ccme.io` (the network as its weights)."""
+        return {"grid": self.atoms, "history": self.history, "jitter": self.jitter,
+                "network": network_to_arrays(self.net, self.standardizer, self._dtype, self._device)}
+
+    @classmethod
+    def from_arrays(cls, state: dict) -> "NeuralKernelFoldArm":
+        """Inverse of :meth:`to_arrays`."""
+        net, standardizer, dtype, device = network_from_arrays(state["network"])
+        arm = cls(state["grid"], net, standardizer, state["history"], dtype, device)
+        arm.jitter = state["jitter"]
+        return arm
 
 def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_threads=0):
     """Train a network on ``Z`` minimising :func:`nk_loss` with per-unit targets ``T`` (n × M) and constants ``c``."""

@@ -451,3 +451,40 @@ def network_outputs(net, standardizer: Standardizer, Z: np.ndarray, dtype, devic
     with torch.no_grad():
         out = net(torch.as_tensor(standardizer(Z), dtype=dtype, device=device))
     return out.detach().to("cpu", torch.float64).numpy()
+
+
+def network_to_arrays(net, standardizer: Standardizer, dtype, device) -> dict:
+    """A trained network and its input map as plain arrays and strings, for :mod:`ccme.io`.
+
+    The layers' weights and biases (``net.state_dict()`` as numpy arrays of
+    the network's dtype), the standardiser's mean and sd, the dtype's and the
+    device's names; :func:`network_from_arrays` rebuilds the network from the
+    layer shapes.
+    """
+    layers = {name: t.detach().to("cpu").numpy().copy() for name, t in net.state_dict().items()}
+    return {"layers": layers, "mean": standardizer.mean, "sd": standardizer.sd,
+            "dtype": str(dtype).removeprefix("torch."), "device": str(device)}
+
+
+def network_from_arrays(state: dict):
+    """Inverse of :func:`network_to_arrays`: (net, standardizer, dtype, device).
+
+    The perceptron of :func:`make_mlp` is rebuilt from the layer shapes and
+    given the stored weights.  A network saved on a GPU is loaded on the CPU
+    when torch sees no GPU here.
+    """
+    torch = require_torch()
+    if state["dtype"] not in ("float64", "float32"):
+        raise ParameterError(f"a stored network has dtype {state['dtype']!r}; expected 'float64' or 'float32'")
+    dtype = getattr(torch, state["dtype"])
+    device = torch.device(state["device"])
+    if device.type != "cpu" and not (device.type == "cuda" and torch.cuda.is_available()):
+        device = torch.device("cpu")
+    layers = state["layers"]
+    linear = sorted({int(name.split(".")[0]) for name in layers})
+    dims = (layers[f"{linear[0]}.weight"].shape[1], *(layers[f"{i}.weight"].shape[0] for i in linear))
+    net = make_mlp(dims[0], dims[1:-1], dims[-1], torch.Generator(device="cpu"), dtype, device)
+    net.load_state_dict({name: torch.as_tensor(value, device=device) for name, value in layers.items()}, strict=True)
+    standardizer = Standardizer.__new__(Standardizer)
+    standardizer.mean, standardizer.sd = np.asarray(state["mean"]), np.asarray(state["sd"])
+    return net, standardizer, dtype, device
