@@ -92,6 +92,6 @@ def check_allocation(nbytes: float, what: str) -> None:
     if available is None or nbytes <= available:
         return
     raise MemoryBudgetError(
-        f"{what} needs about {nbytes / 1e9:.2f} GB of memory, and only {available / 1e9:.2f} GB are available; "
+        f"{what} needs about {nbytes / 1e9:.3g} GB of memory, and only {available / 1e9:.3g} GB are available; "
         + ADVICE
     )

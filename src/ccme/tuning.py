@@ -51,6 +51,7 @@ from threadpoolctl import threadpool_limits
 from . import _backend
 from .errors import CcmeWarning, ParameterError
 from .kernels import Kernel
+from .memory import check_allocation
 
 __all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_outcome_bandwidth",
            "LAMBDA_GRID", "Y_BANDWIDTH_FACTORS"]
@@ -162,6 +163,8 @@ def _spectrum(X, kernel: Kernel, factor: float, lam_min: float, n_threads: int) 
     """Pivoted Cholesky K ≈ LLᵀ (to _RANK_TOL·min(1, nλ_min)), then the thin SVD of L."""
     n = len(X)
     tol = _RANK_TOL * min(1.0, n * lam_min)
+    # L, LW and Q, each n × rank (ccme.memory): refuse rather than be killed at a huge n.
+    check_allocation(3 * 8.0 * n * min(n, _MAX_RANK), f"the tuning's low-rank kernel factors ({n} × {min(n, _MAX_RANK)})")
     L, _, residual = _backend.pivoted_cholesky(
         X, kernel.name, kernel.bandwidth_array * factor, tol, _MAX_RANK, n_threads=n_threads
     )

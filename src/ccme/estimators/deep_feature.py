@@ -38,6 +38,7 @@ import numpy as np
 from .. import _backend
 from ..errors import ParameterError
 from ..kernels import resolve_kernel
+from ..memory import check_allocation
 from .base import FactoredArm
 from .ridge import _per_arm_text, per_arm_positive
 from .training import (
@@ -175,6 +176,10 @@ class GramBlock:
         self.ib = torch.as_tensor(self.pos_b, device=device)
         self.wa, self.wb = self._t(a[da][:, None]), self._t(a[db][:, None])
         if len(da) and len(db):
+            # The one n_arm × n_arm kernel block of the loss (and its torch copy unless float64 on the CPU).
+            copies = 1 if (dtype == torch.float64 and torch.device(device).type == "cpu") else 2
+            check_allocation(8.0 * copies * len(da) * len(db),
+                             f"the Deep Feature loss's kernel block ({len(da)} × {len(db)})")
             K = _backend.gram(gram.Y[da], gram.Y[db], gram.kernel.name, gram.kernel.bandwidth_array,
                               normalized=True, n_threads=gram.n_threads)
         else:
