@@ -11,6 +11,8 @@ from .embedding import ArmEmbedding
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS, get_estimator
 from .estimators.base import resolve_options
+from .estimators.neural_tuning import tune_neural
+from .estimators.training import NeuralEstimator
 from .estimators.ridge import MODES, RIDGE_DEFAULTS
 from .formula import build_design, parse_formula
 from .memory import check_allocation
@@ -95,6 +97,11 @@ def fit(
         (bandwidth entries multiply the rule's bandwidth).  Hyperparameters
         set explicitly are never tuned.  The choices, criterion curves and
         time are kept in ``res.tuning``; ``res.plot_tuning()`` draws them.
+        Neural methods select by validation loss on the first fold (see
+        :mod:`ccme.estimators.neural_tuning`): "auto" keeps early stopping
+        (the epochs) and, for Deep Feature, chooses λ₀ and λ₁ over
+        ``ccme.tuning.NEURAL_LAMBDA_GRID``; a dict may give ``"lam"``/
+        ``"lam0"``/``"lam1"`` (Deep Feature) and ``"M"`` (both) grids.
     **hyperparameters
         Ridge: ``lam`` (both stages) or ``lam0``/``lam1`` (penalty λ in K + nλI,
         a number or a dict {1: .., 0: ..} per arm), ``kernel`` (X and V) or
@@ -176,13 +183,22 @@ def fit(
     clipped = clip_scores(scores, clip)
 
     report = TuningReport()
-    if any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
+    fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
+    tuned_arms = None
+    if isinstance(estimator, NeuralEstimator):
+        if not (isinstance(tune, str) and tune == "none"):
+            # Validation-loss selection on the first fold, whose arms it trains (kept below).
+            prepared, report, tuned_arms = tune_neural(
+                estimator, mode=mode, design=design, Xo=Xo, fold=fold_list[0],
+                scores_target=clipped[fold_list[0].target], prepared=prepared, grids=grids,
+                seed=int(fold_seeds[0]), auto=isinstance(tune, str), n_threads=n_threads,
+            )
+    elif any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
         prepared, report = tune_ridge(
             mode=mode, design=design, Xo=Xo, folds=fold_list, scores=clipped, prepared=prepared, grids=grids,
             n_threads=n_threads,
         )
     estimator_started = time.perf_counter()
-    fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
     for fold, fold_seed in zip(fold_list, fold_seeds):
         fitted_folds.append(
             estimator.fit_fold(
@@ -190,6 +206,8 @@ def fit(
                 seed=int(fold_seed), n_threads=n_threads,
             )
         )
+    if tuned_arms:
+        fitted_folds[0].prebuilt.update(tuned_arms)
     estimator_seconds = time.perf_counter() - estimator_started
     # Each arm's fold estimators are built on first use (see RidgeFold).
     y_kernel = prepared["kernels"]["y"]

@@ -198,6 +198,9 @@ _TUNING_LABELS = {
     "lam0": "λ₀ (stage 1)",
     "lam1": "λ₁ (stage 2)",
     "y_bandwidth": "outcome bandwidth σ_y",
+    "M": "M (features / grid points)",
+    "epochs_stage1": "epoch (stage 1, early stopping)",
+    "epochs_stage2": "epoch (stage 2, early stopping)",
 }
 
 

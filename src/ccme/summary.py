@@ -154,6 +154,14 @@ def _tuning_rows(report) -> list:
     for name in ("x_bandwidth_factor", "v_bandwidth_factor"):
         if name in report.chosen:
             rows.append((name.replace("_factor", ""), f"factor {report.chosen[name]:g} of the rule (LOO)"))
+    if "M" in report.chosen:
+        curve = next(c for c in report.curves if c.parameter == "M")
+        rows.append(("M", f"{report.chosen['M']} of {len(curve.values)} values ({curve.criterion_name})"))
+    for stage in (1, 2):
+        epochs = report.chosen.get(f"epochs_stage{stage}")
+        if epochs:
+            kept = ", ".join(f"{'treated' if arm == 1 else 'control'} {e}" for arm, e in epochs.items())
+            rows.append((f"Epochs, stage {stage}", f"{kept} (best validation loss, first fold)"))
     rows.append(("Time", f"{report.seconds:.2f} s"))
     rows += [("Note", note) for note in report.notes]
     return rows

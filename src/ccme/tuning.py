@@ -35,7 +35,8 @@ the smallest penalty of the grid, and better at the larger ones) or at rank
 2000; at full rank the criterion is exactly the leave-one-out error (tests
 compare it with brute-force refits).
 
-Hyperparameters the user sets explicitly are never tuned.
+Hyperparameters the user sets explicitly are never tuned.  The neural
+estimators select by validation loss instead: :mod:`ccme.estimators.neural_tuning`.
 """
 
 from __future__ import annotations
@@ -54,13 +55,18 @@ from .kernels import Kernel
 from .memory import check_allocation
 
 __all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_outcome_bandwidth",
-           "LAMBDA_GRID", "Y_BANDWIDTH_FACTORS"]
+           "LAMBDA_GRID", "Y_BANDWIDTH_FACTORS", "NEURAL_LAMBDA_GRID"]
 
 #: Default penalty grid (paper convention K + nλI), both stages.
 LAMBDA_GRID = tuple(np.logspace(-4, 0, 9))
 #: Default factors of Silverman's outcome bandwidth.
 Y_BANDWIDTH_FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
 _TUNABLE = ("lam0", "lam1", "x_bandwidth", "v_bandwidth", "y_bandwidth")
+#: Deep Feature's penalty grid for ``tune="auto"`` (ΨᵀΨ + nλI, both stages):
+#: coarser than the ridge's because each value trains a network
+#: (:mod:`ccme.estimators.neural_tuning`).
+NEURAL_LAMBDA_GRID = tuple(np.logspace(-4, 0, 5))
+_TUNABLE_BY_METHOD = {"ridge": _TUNABLE, "deep_feature": ("lam0", "lam1", "M"), "neural_kernel": ("M",)}
 _OUTCOME_TOL = 1e-8
 _MAX_RANK = 2000
 _ISE_UNITS = 300      # held-out units per fold and arm in the σ_y criterion
@@ -115,21 +121,37 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
             return {}
         if tune != "auto":
             raise ParameterError(f"`tune` must be 'auto', 'none' or a dict of grids; got {tune!r}")
-        if method != "ridge":
+        if method == "ridge":
+            grids = {"lam0": LAMBDA_GRID, "lam1": LAMBDA_GRID, "y_bandwidth": Y_BANDWIDTH_FACTORS}
+        elif method == "deep_feature":
+            grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID}
+        else:
             return {}
-        grids = {"lam0": LAMBDA_GRID, "lam1": LAMBDA_GRID, "y_bandwidth": Y_BANDWIDTH_FACTORS}
     elif isinstance(tune, dict):
-        if method != "ridge":
-            raise ParameterError(f"`tune` grids are available for method='ridge'; got method={method!r}")
-        unknown = sorted(set(tune) - set(_TUNABLE))
+        tunable = _TUNABLE_BY_METHOD.get(method, ())
+        if "lam" in tune and "lam0" in tunable:
+            # The alias of the hyperparameters: one grid for both stages.
+            clash = [k for k in ("lam0", "lam1") if k in tune]
+            if clash:
+                raise ParameterError(f"`tune` gives either 'lam' or {clash}, not both")
+            tune = {**{k: v for k, v in tune.items() if k != "lam"}, "lam0": tune["lam"], "lam1": tune["lam"]}
+        unknown = sorted(set(tune) - set(tunable))
         if unknown:
-            raise ParameterError(f"`tune` has unknown key(s) {unknown}; tunable: {list(_TUNABLE)}")
+            raise ParameterError(f"`tune` has unknown key(s) {unknown} for method={method!r}; tunable: {list(tunable)}")
         grids = {}
         for key, values in tune.items():
-            arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
+            try:
+                arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
+            except (TypeError, ValueError):
+                arr = np.array([np.nan])
             if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
                 raise ParameterError(f"`tune[{key!r}]` must be a non-empty list of positive numbers; got {values!r}")
-            grids[key] = tuple(np.unique(arr))
+            if key == "M":
+                if np.any(arr != np.round(arr)):
+                    raise ParameterError(f"`tune['M']` must be a non-empty list of positive integers; got {values!r}")
+                grids[key] = tuple(int(m) for m in np.unique(arr))
+            else:
+                grids[key] = tuple(np.unique(arr))
     else:
         raise ParameterError(f"`tune` must be 'auto', 'none' or a dict of grids; got {type(tune).__name__}")
     clash = sorted(k for k in grids if k in user_keys)

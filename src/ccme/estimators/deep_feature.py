@@ -275,8 +275,9 @@ def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, st
         return lam * count if scaling == "n" else lam
 
     standardizer = Standardizer(Z, settings.standardize)
-    net = make_mlp(Z.shape[1], settings.hidden, M, generator, dtype, device)
+    # The split first: it then does not depend on M, so tuning compares every M on the same held-out units.
     train, val = split_units(len(Z), settings, generator)
+    net = make_mlp(Z.shape[1], settings.hidden, M, generator, dtype, device)
     Zt = torch.as_tensor(standardizer(Z), dtype=dtype, device=device)
     train_t = torch.as_tensor(train, device=device)
     train_block = gram.block(train, train, dtype, device)
@@ -348,9 +349,32 @@ class DeepFeatureFoldArm(FactoredArm):
         arm.jitter = state["jitter"]
         return arm
 
+
+def first_stage_map(*, arm, Xo, Y, A, nuisance, prepared, seed, label="", n_threads=0, cache=None) -> _FeatureMap:
+    """Stage 1 of one arm: ψ₀ on X among the arm's units of the fold's nuisance part.
+
+    With a ``cache`` dict the map is kept under (arm, M, λ₀), so that tuning
+    λ₁ (:mod:`ccme.estimators.neural_tuning`) trains each first stage once.
+    """
+    key = (arm, prepared["M"], prepared["lam0"][arm])
+    if cache is not None and key in cache:
+        return cache[key]
+    rows0 = nuisance[A[nuisance] == arm]
+    gram0 = PseudoOutcomeGram(np.ones(len(rows0)), Y[rows0], prepared["kernels"]["y"])
+    fmap0 = fit_feature_map(Xo[rows0], gram0, lam=prepared["lam0"][arm], scaling=prepared["lam_scaling"],
+                            M=prepared["M"], settings=prepared["training"], stage=1,
+                            generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
+    if cache is not None:
+        cache[key] = fmap0
+    return fmap0
+
+
 def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_target, prepared, seed, fold_index,
-                           n_threads=0):
-    """Train both stages of one arm on one fold (the module docstring) and return its estimator."""
+                           n_threads=0, cache=None):
+    """Train both stages of one arm on one fold (the module docstring) and return its estimator.
+
+    ``cache`` (optional dict) keeps first-stage maps between calls, see :func:`first_stage_map`.
+    """
     settings = prepared["training"]
     M, scaling, kernel = prepared["M"], prepared["lam_scaling"], prepared["kernels"]["y"]
     label = f"fold {fold_index + 1}, arm {arm}, "
@@ -366,9 +390,8 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
     Y1 = Y[target]
     if np.any(b != 0):
         rows0 = nuisance[A[nuisance] == arm]
-        gram0 = PseudoOutcomeGram(np.ones(len(rows0)), Y[rows0], kernel)
-        fmap0 = fit_feature_map(Xo[rows0], gram0, lam=prepared["lam0"][arm], scaling=scaling, M=M,
-                                settings=settings, stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
+        fmap0 = first_stage_map(arm=arm, Xo=Xo, Y=Y, A=A, nuisance=nuisance, prepared=prepared, seed=seed,
+                                label=label, n_threads=n_threads, cache=cache)
         history[1] = fmap0.history
         P0 = np.linalg.solve(fmap0.G, fmap0.Psi.T).T          # Ψ̂₀(Ψ̂₀ᵀΨ̂₀ + mλ₀I)⁻¹, symmetric G
         U = b[:, None] * fmap0(Xo[target])                     # D_b Ψ̂₀₁ᵀ

@@ -130,13 +130,15 @@ class NeuralKernelFoldArm(FactoredArm):
         arm.jitter = state["jitter"]
         return arm
 
+
 def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_threads=0):
     """Train a network on ``Z`` minimising :func:`nk_loss` with per-unit targets ``T`` (n × M) and constants ``c``."""
     torch = require_torch()
     device, dtype = torch_device(settings), torch_dtype(settings)
     standardizer = Standardizer(Z, settings.standardize)
-    net = make_mlp(Z.shape[1], settings.hidden, K_M.shape[0], generator, dtype, device)
+    # The split first: it then does not depend on M, so tuning compares every M on the same held-out units.
     train, val = split_units(len(Z), settings, generator)
+    net = make_mlp(Z.shape[1], settings.hidden, K_M.shape[0], generator, dtype, device)
 
     def tensor(x):
         return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
@@ -231,6 +233,7 @@ class NeuralKernelEstimator(NeuralEstimator):
             "M": len(grid),
             "grid": grid,
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
+            "grid_seed": seed,      # tuning M rebuilds the grid with it (ccme.estimators.neural_tuning)
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
         }
 

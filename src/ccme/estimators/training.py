@@ -405,14 +405,20 @@ class NeuralFold:
     """One cross-fitting fold of a neural estimator: ``arm(a)`` trains that arm's networks.
 
     :class:`ccme.embedding.ArmEmbedding` calls ``arm`` once per arm, on the
-    arm's first use, so a user who only asks about Y¹ trains only its networks.
+    arm's first use, so a user who only asks about Y¹ trains only its networks
+    (with tuning on, the tuning fold's arms are trained during ``ccme.fit``
+    and kept in ``prebuilt``).
     """
 
     def __init__(self, build, **data):
         self._build = build
         self._data = data
+        #: Arms already trained (by the tuning on this fold, :mod:`ccme.estimators.neural_tuning`).
+        self.prebuilt = {}
 
     def arm(self, arm: int):
+        if arm in self.prebuilt:
+            return self.prebuilt[arm]
         return self._build(arm=arm, **self._data)
 
 

@@ -1,0 +1,165 @@
+"""Validation-loss tuning of the neural estimators (``tune=`` with method="deep_feature"/"neural_kernel").
+
+The choices are checked against the recorded curves (argmin) and against
+refits: a tuned fit must equal the untuned fit at the chosen values (same
+seed), and a recorded criterion value must equal the best validation loss of
+the network that a fit with that value trains.  Small data, small networks,
+few epochs: these tests check the mechanics, not statistical quality (that is
+measured by ``benchmarks/neural_tuning.py``).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ccme  # noqa: E402
+from ccme.estimators import DEEP_FEATURE_DEFAULTS  # noqa: E402
+from ccme.tuning import NEURAL_LAMBDA_GRID  # noqa: E402
+
+SMALL = "y ~ a | x1 + x2 | x3 + x4"
+QUICK = dict(epochs=(15, 10), patience=4, hidden=(8,), M=6, progress=False, seed=3, propensity="logistic")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ccme.datasets.paper_simulation(300, seed=2)
+
+
+def _fit(data, method="deep_feature", **kwargs):
+    opts = {**QUICK, **kwargs}
+    if "M" in opts.get("tune", {}):
+        del opts["M"]                  # tuned, so not set
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.CcmeWarning)
+        return ccme.fit(SMALL, data, method=method, **opts)
+
+
+@pytest.fixture(scope="module")
+def tuned(data):
+    return _fit(data)
+
+
+def _curves(res, parameter):
+    return [c for c in res.tuning.curves if c.parameter == parameter]
+
+
+def test_auto_chooses_the_argmin_of_each_recorded_curve(tuned):
+    for parameter in ("lam0", "lam1"):
+        curves = _curves(tuned, parameter)
+        assert sorted(c.arm for c in curves) == [0, 1]
+        for c in curves:
+            np.testing.assert_array_equal(c.values, NEURAL_LAMBDA_GRID)
+            assert np.all(np.isfinite(c.criterion))
+            assert c.chosen == c.values[np.argmin(c.criterion)]
+            assert tuned.hyperparameters[parameter][c.arm] == c.chosen
+            assert tuned.tuning.chosen[parameter][c.arm] == c.chosen
+    for stage in (1, 2):
+        for c in _curves(tuned, f"epochs_stage{stage}"):
+            assert c.chosen == 1 + np.argmin(c.criterion)
+            assert tuned.tuning.chosen[f"epochs_stage{stage}"][c.arm] == c.chosen
+    assert tuned.tuning.seconds > 0
+
+
+def test_tuned_fit_equals_the_untuned_fit_at_the_chosen_values(data, tuned):
+    """The first fold's networks kept from tuning are exactly those a fit with the chosen λ trains."""
+    chosen = tuned.tuning.chosen
+    plain = _fit(data, tune="none", lam0=chosen["lam0"], lam1=chosen["lam1"])
+    y = np.linspace(-5, 25, 7)
+    for arm in (1, 0):
+        np.testing.assert_array_equal(tuned.density(y, arm=arm, normalize=False),
+                                      plain.density(y, arm=arm, normalize=False))
+
+
+def test_recorded_criterion_is_the_refit_validation_loss(data, tuned):
+    """Each λ₁ curve's value at a grid point = the best stage-2 validation loss of a fit with that λ₁."""
+    curve = next(c for c in _curves(tuned, "lam1") if c.arm == 1)
+    part = tuned._embeddings[1].parts[0]
+    assert min(part.history[2].validation) == curve.criterion[np.argmin(curve.criterion)]
+    other = int(np.argmax(curve.criterion))
+    chosen = tuned.tuning.chosen
+    refit = _fit(data, tune="none", lam0=chosen["lam0"], lam1={1: float(curve.values[other]), 0: chosen["lam1"][0]})
+    assert min(refit._embeddings[1].parts[0].history[2].validation) == pytest.approx(curve.criterion[other],
+                                                                                       rel=1e-12)
+
+
+def test_user_set_values_are_not_tuned(data):
+    res = _fit(data, lam0=0.05)
+    assert res.hyperparameters["lam0"] == {1: 0.05, 0: 0.05}
+    assert not _curves(res, "lam0") and len(_curves(res, "lam1")) == 2
+    res = _fit(data, lam=0.05, mode="ipw")
+    assert res.hyperparameters["lam1"] == {1: 0.05, 0: 0.05}
+    assert not _curves(res, "lam0") and not _curves(res, "lam1")
+    assert "epochs_stage2" in res.tuning.chosen         # early stopping is still reported
+    with pytest.raises(ccme.ParameterError, match="both set and asked to be tuned"):
+        _fit(data, tune={"lam1": [0.1, 1.0]}, lam1=0.2)
+
+
+def test_tune_none_keeps_the_defaults(data):
+    res = _fit(data, tune="none")
+    for key in ("lam0", "lam1"):
+        assert res.hyperparameters[key] == {1: DEEP_FEATURE_DEFAULTS[key], 0: DEEP_FEATURE_DEFAULTS[key]}
+    assert not res.tuning.curves and not res.tuning.chosen
+    with pytest.raises(ccme.ParameterError, match="nothing was tuned"):
+        res.plot_tuning()
+
+
+@pytest.mark.parametrize("method", ["deep_feature", "neural_kernel"])
+def test_m_is_chosen_from_the_given_set(data, method):
+    res = _fit(data, method=method, tune={"M": [3, 8]})
+    (curve,) = _curves(res, "M")
+    np.testing.assert_array_equal(curve.values, [3, 8])
+    assert curve.chosen == curve.values[np.argmin(curve.criterion)]
+    assert res.hyperparameters["M"] == res.tuning.chosen["M"] == curve.chosen
+    assert np.all(np.isfinite(res.density(np.linspace(-5, 25, 5), arm=1)))
+    if method == "neural_kernel":
+        assert len(res.hyperparameters["grid"]) == curve.chosen
+        assert not _curves(res, "lam0")
+
+
+def test_bad_grids_raise(data):
+    with pytest.raises(ccme.ParameterError, match="positive integers"):
+        _fit(data, tune={"M": [2.5, 4]})
+    with pytest.raises(ccme.ParameterError, match="positive numbers"):
+        _fit(data, tune={"M": [0, 4]})
+    with pytest.raises(ccme.ParameterError, match="positive numbers"):
+        _fit(data, tune={"lam": [-1.0]})
+    with pytest.raises(ccme.ParameterError, match="either 'lam'"):
+        _fit(data, tune={"lam": [0.1], "lam0": [0.1]})
+    with pytest.raises(ccme.ParameterError, match="unknown key"):
+        _fit(data, tune={"x_bandwidth": [1.0]})
+    with pytest.raises(ccme.ParameterError, match="unknown key"):
+        _fit(data, method="neural_kernel", tune={"lam": [0.1]})
+    with pytest.raises(ccme.ParameterError, match="user-given `grid`"):
+        _fit(data, method="neural_kernel", tune={"M": [3, 4]}, grid=np.linspace(0, 20, 5))
+    with pytest.raises(ccme.ParameterError, match="validation split"):
+        _fit(data, tune={"lam": [0.1, 1.0]}, validation=0.0)
+
+
+def test_without_validation_split_auto_tunes_nothing(data):
+    res = _fit(data, validation=0.0)
+    assert not res.tuning.curves
+    assert any("validation" in note for note in res.tuning.notes)
+    assert res.hyperparameters["lam1"] == {1: DEEP_FEATURE_DEFAULTS["lam1"], 0: DEEP_FEATURE_DEFAULTS["lam1"]}
+    unscaled = _fit(data, lam_scaling="none")
+    assert not _curves(unscaled, "lam0") and not _curves(unscaled, "lam1")
+    assert any("lam_scaling" in note for note in unscaled.tuning.notes)
+
+
+def test_lam_grid_alias_for_ridge(data):
+    res = ccme.fit(SMALL, data, seed=1, propensity="logistic", tune={"lam": [1e-3, 1e-1]})
+    assert {c.parameter for c in res.tuning.curves} == {"lam0", "lam1"}
+
+
+def test_plot_tuning_and_summary(tuned):
+    import matplotlib.pyplot as plt
+
+    axes = tuned.plot_tuning()
+    assert [a.get_xlabel() for a in axes] == ["λ₀ (stage 1)", "λ₁ (stage 2)", "epoch (stage 1, early stopping)",
+                                              "epoch (stage 2, early stopping)"]
+    assert len(axes[0].get_lines()) == 4      # two arms: curve + chosen marker each
+    plt.close(axes[0].figure)
+    text = str(tuned.summary())
+    assert "Epochs, stage 2" in text and "lambda1" in text
