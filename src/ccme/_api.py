@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .crossfit import make_folds
+from .crossfit import Fold, make_folds
 from .embedding import ArmEmbedding
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS, get_estimator
@@ -36,6 +36,7 @@ def fit(
     propensity="logistic",
     seed=None,
     clip: float = 0.01,
+    trim: float = 0.0,
     treated=None,
     na_action: str = "raise",
     propensity_covariates=None,
@@ -74,6 +75,15 @@ def fit(
     clip : float, default 0.01
         Propensity scores are clipped to [clip, 1 − clip], with a warning that
         counts the clipped units.
+    trim : float, default 0.0
+        Trimming, the standard alternative to clipping under weak overlap:
+        units whose cross-fitted score lies outside [trim, 1 − trim] are
+        dropped from the second stage (the regression on V), so the estimate
+        targets p(Y^a | V) in the population with overlap, and no weight
+        exceeds 1/trim.  The nuisance models still use every unit.  Clipping
+        then applies to the kept units (nothing is left to clip when
+        trim ≥ clip).  The counts are in ``res.overlap`` (``n_trimmed_low``,
+        ``n_trimmed_high``, ``kept``) and in the summary.  0 turns it off.
     treated : optional
         The level of the treatment column that counts as A = 1 (needed for a
         two-level column that is not 0/1 or boolean).
@@ -137,6 +147,8 @@ def fit(
         raise ParameterError(f"`mode` must be one of {list(MODES)}; got {mode!r}")
     if not isinstance(clip, (int, float)) or not 0.0 <= clip < 0.5:
         raise ParameterError(f"`clip` must be a number in [0, 0.5); got {clip!r}")
+    if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0.0 <= trim < 0.5:
+        raise ParameterError(f"`trim` must be a number in [0, 0.5); got {trim!r}")
     options = resolve_options(estimator, hyperparameters)
     user_keys = {t for key in hyperparameters for t in estimator.aliases.get(key, (key,))}
     grids = resolve_tune(tune, method, user_keys)
@@ -179,8 +191,10 @@ def fit(
             Xp[fold.nuisance], design.A[fold.nuisance], Xp[fold.target], fold.target
         )
     prop_seconds = time.perf_counter() - prop_started
-    overlap = overlap_diagnostics(scores, design.A, clip, warn=mode in ("dr", "ipw"))
+    overlap = overlap_diagnostics(scores, design.A, clip, warn=mode in ("dr", "ipw"), trim=trim)
     clipped = clip_scores(scores, clip)
+    if overlap.kept is not None:
+        fold_list = _trim_folds(fold_list, overlap.kept, design.A, mode, trim)
 
     report = TuningReport()
     fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
@@ -285,3 +299,19 @@ def _describe_call(formula, method, mode, folds, propensity, seed, hyperparamete
     for key, value in hyperparameters.items():
         parts.append(f"{key}={value!r}")
     return "ccme.fit(" + ", ".join(parts) + ")"
+
+
+def _trim_folds(fold_list, kept, A, mode, trim) -> list:
+    """The folds with the trimmed units removed from their second stage (``fit(trim=)``)."""
+    out = [Fold(f.index, f.nuisance, f.target[kept[f.target]]) for f in fold_list]
+    for fold in out:
+        for arm in (1, 0):
+            count = int(np.sum(A[fold.target] == arm))
+            if count < 2:
+                label = "treated" if arm == 1 else "control"
+                raise DataError(
+                    f"trim={trim:g} leaves {count} {label} unit(s) in the second stage of fold {fold.index + 1} "
+                    f"(scores outside [{trim:g}, {1 - trim:g}] are dropped); use a smaller trim or fewer folds"
+                )
+    _check_fold_arms(A, out, mode)
+    return out

@@ -95,48 +95,76 @@ class Overlap:
     n_clipped_high: int
     ess: dict                   # arm -> effective sample size of the weights
     n_arm: dict                 # arm -> number of units
+    trim: float = 0.0
+    kept: np.ndarray | None = None  # units whose score lies in [trim, 1 - trim] (None: no trimming)
+    n_trimmed_low: int = 0
+    n_trimmed_high: int = 0
 
     @property
     def n_clipped(self) -> int:
         return self.n_clipped_low + self.n_clipped_high
+
+    @property
+    def n_trimmed(self) -> int:
+        return self.n_trimmed_low + self.n_trimmed_high
 
 
 def clip_scores(scores: np.ndarray, clip: float) -> np.ndarray:
     return np.clip(scores, clip, 1.0 - clip)
 
 
-def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn: bool = True) -> Overlap:
-    """Clipping counts and the effective sample size (Σw)²/Σw² of each arm's weights."""
-    low = int(np.sum(scores < clip))
-    high = int(np.sum(scores > 1.0 - clip))
+def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn: bool = True,
+                        trim: float = 0.0) -> Overlap:
+    """Trimming and clipping counts and the effective sample size (Σw)²/Σw² of each arm's weights.
+
+    Trimming and clipping (see ``ccme.fit``): units whose score lies outside
+    [trim, 1 − trim] are dropped from the second stage; the scores of the units
+    kept are then clipped to [clip, 1 − clip].  The clipping counts, the
+    warning and the effective sample sizes therefore concern the kept units
+    only; with trim ≥ clip nothing is left to clip.  The positivity check looks
+    at every unit: trimming cannot rescue a treatment the covariates predict.
+    """
+    if trim > 0:
+        kept = (scores >= trim) & (scores <= 1.0 - trim)
+        trimmed_low, trimmed_high = int(np.sum(scores < trim)), int(np.sum(scores > 1.0 - trim))
+    else:
+        kept, trimmed_low, trimmed_high = np.ones(len(scores), dtype=bool), 0, 0
+    low = int(np.sum(kept & (scores < clip)))
+    high = int(np.sum(kept & (scores > 1.0 - clip)))
+    all_low, all_high = int(np.sum(scores < clip)), int(np.sum(scores > 1.0 - clip))
     clipped = clip_scores(scores, clip)
     ess, n_arm = {}, {}
     for arm in (1, 0):
-        in_arm = A == arm
+        in_arm = (A == arm) & kept
         w = 1.0 / (clipped[in_arm] if arm == 1 else 1.0 - clipped[in_arm])
         ess[arm] = float(w.sum() ** 2 / np.sum(w**2)) if w.size else 0.0
         n_arm[arm] = int(in_arm.sum())
     treated_scores = scores[A == 1]
     control_scores = scores[A == 0]
-    # Positivity fails outright when the cross-fitted scores (almost) separate
-    # the arms - area under the ROC curve ≥ 0.99 - and most units sit at the
-    # clipping bounds: the covariates predict the treatment.
+    # Positivity fails outright when the cross-fitted scores separate the
+    # arms - the covariates predict the treatment out of sample: either
+    # perfectly (AUC ≥ 0.999, whatever the learner's scores look like: a
+    # forest's stay inside the clipping bounds), or almost perfectly
+    # (AUC ≥ 0.99) with most units at the clipping bounds.
     if treated_scores.size and control_scores.size:
-        if low + high > 0.5 * len(scores) and _auc(treated_scores, control_scores) >= 0.99:
+        auc = _auc(treated_scores, control_scores)
+        outside = all_low + all_high
+        if auc >= 0.999 or (outside > 0.5 * len(scores) and auc >= 0.99):
             raise PositivityError(
                 "the treatment is perfectly predicted by the propensity covariates "
-                f"(the cross-fitted scores separate the arms, AUC ≥ 0.99, and {low + high} of {len(scores)} lie outside "
-                f"[{clip:g}, {1 - clip:g}]): "
+                f"(the cross-fitted scores separate the arms, AUC = {auc:.3f}, and {outside} of {len(scores)} "
+                f"lie outside [{clip:g}, {1 - clip:g}]): "
                 "positivity fails, and no counterfactual distribution is identified"
             )
     if warn and (low or high):
         warnings.warn(
-            f"{low + high} of {len(scores)} propensity scores were clipped to [{clip:g}, {1 - clip:g}] "
+            f"{low + high} of {int(kept.sum())} propensity scores were clipped to [{clip:g}, {1 - clip:g}] "
             f"({low} below, {high} above): overlap is weak, and the weights of those units are capped",
             OverlapWarning,
             stacklevel=3,
         )
-    return Overlap(scores, clip, low, high, ess, n_arm)
+    return Overlap(scores, clip, low, high, ess, n_arm, float(trim), kept if trim > 0 else None, trimmed_low,
+                   trimmed_high)
 
 
 def _auc(treated_scores: np.ndarray, control_scores: np.ndarray) -> float:

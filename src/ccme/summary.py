@@ -69,6 +69,9 @@ class Summary:
                         f"{ov.n_clipped_high} above)"),
             ("Effective n", f"treated {ov.ess[1]:.1f} of {ov.n_arm[1]}; control {ov.ess[0]:.1f} of {ov.n_arm[0]}"),
         ]
+        if getattr(ov, "trim", 0.0) > 0:
+            prop_rows.insert(2, ("Trimmed", f"{ov.n_trimmed} outside [{ov.trim:g}, {1 - ov.trim:g}] ({ov.n_trimmed_low} "
+                                            f"below, {ov.n_trimmed_high} above) dropped from the second stage"))
         if res.mode == "pi" or res.mode == "onestep":
             prop_rows.append(("Note", f"the {_MODE_NAMES[res.mode]} estimate does not use the propensity"))
         if newdata is None:
