@@ -18,7 +18,7 @@ from .formula import build_design, parse_formula
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics
 from .result import CCMEResult
-from .tuning import TuningReport, resolve_tune, tune_outcome_bandwidth, tune_ridge
+from .tuning import TuningReport, note_edges, resolve_tune, tune_outcome_bandwidth, tune_ridge
 
 __all__ = ["fit", "METHODS", "MODES", "RIDGE_DEFAULTS"]
 
@@ -239,6 +239,7 @@ def fit(
                 embeddings[arm].y_kernel = kernel
             report.curves.extend(curves)
             report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
+            note_edges(report)
             report.seconds += time.perf_counter() - y_started
         else:
             report.notes.append("the outcome bandwidth is tuned for a one-dimensional outcome only; the rule was kept")

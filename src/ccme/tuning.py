@@ -319,6 +319,7 @@ def tune_ridge(*, mode, design, Xo, folds, scores, prepared, grids, n_threads=0)
             CcmeWarning,
             stacklevel=3,
         )
+    note_edges(report)
     report.seconds = time.perf_counter() - started
     return prepared, report
 
@@ -407,6 +408,18 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
         curves.append(TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
                                   base.bandwidth_array[0] * factors[best], arm, None))
     return kernels, curves
+
+
+def note_edges(report: TuningReport) -> None:
+    """Say when a choice sits at the edge of its grid (the optimum may lie beyond it)."""
+    for c in report.curves:
+        values = np.asarray(c.values)
+        if len(values) > 2 and c.chosen in (values.min(), values.max()):
+            side = "smallest" if c.chosen == values.min() else "largest"
+            arm = "" if c.arm is None else f" ({'treated' if c.arm == 1 else 'control'})"
+            note = f"{c.parameter}{arm} chose the {side} value of its grid ({c.chosen:.3g}); consider extending the grid"
+            if note not in report.notes:
+                report.notes.append(note)
 
 
 def _own_atoms(part, units) -> np.ndarray | None:
