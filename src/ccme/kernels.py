@@ -17,7 +17,8 @@ Bandwidth rules (the defaults)
 ------------------------------
 ``"median"`` (X and V): each column is standardised by its standard deviation
 and the bandwidth is the median pairwise Euclidean distance of the
-standardised rows (on at most 1000 rows drawn with a fixed generator), mapped
+standardised rows (on at most 1000 rows drawn with a fixed generator; the
+zero distances between duplicated rows are left out), mapped
 back to each column's units: σ_d = sd_d × median.  A constant column gets
 σ_d = +inf, i.e. it is ignored, with a warning.
 
@@ -119,9 +120,13 @@ def median_bandwidth(Z: np.ndarray, seed: int = 0, *, what: str = "bandwidth") -
     if len(standardised) > _MEDIAN_ROWS:
         rows = np.random.default_rng(seed).choice(len(standardised), _MEDIAN_ROWS, replace=False)
         standardised = standardised[np.sort(rows)]
-    sq = np.sum(standardised**2, axis=1)
-    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * standardised @ standardised.T, 0.0)
-    distances = np.sqrt(d2[np.triu_indices(len(standardised), k=1)])
+    # Distances from the differences, not from ‖a‖² + ‖b‖² − 2a·b: the latter
+    # leaves rounding noise (~1e-8) instead of an exact 0 for duplicated rows,
+    # depending on the row order, and the zeros are excluded below - so the
+    # bandwidth of data with ties depended on the order of the rows.
+    from scipy.spatial.distance import pdist
+
+    distances = pdist(standardised, "euclidean")
     positive = distances[distances > 0]
     if positive.size == 0:
         raise ParameterError(
