@@ -50,7 +50,7 @@ from functools import partial
 import numpy as np
 
 from ..errors import ParameterError
-from ..tuning import TuningCurve, TuningReport
+from ..tuning import TuningCurve, TuningReport, note_edges
 
 __all__ = ["tune_neural"]
 
@@ -171,6 +171,7 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         if curves and not all(np.any(np.isfinite(c.criterion)) for c in curves):
             report.notes.append(f"{name}: too few units for a validation loss; the first grid value was used")
 
+    note_edges(report)          # before the epoch curves: an early best epoch is no grid edge
     arms = {arm: arm_fit(cand, arm) for arm in (1, 0)}
     _record_epochs(report, arms)
     report.seconds = time.perf_counter() - started
