@@ -2,19 +2,20 @@
 
 Tolerances of the statistical test were measured: integrated squared error
 (ISE, arm 1, 500 V-draws) at n = 2000, forest propensity, default options
-(Adam, early stopping), seeds 1, 2, 3 (script: ``python
-benchmarks/bench_neural.py --measure``):
+(Adam, early stopping, and for Deep Feature the validation-loss choice of λ),
+seeds 1, 2, 3 (script: ``python benchmarks/bench_neural.py --measure``):
 
 =======================  ========  ========  ========
 configuration              seed 1    seed 2    seed 3
 =======================  ========  ========  ========
-deep feature, DR          0.00532   0.00606   0.00470
-deep feature, one-step    0.01182   0.01438   0.01426
-neural-kernel, DR         0.00486   0.00585   0.00650
-neural-kernel, one-step   0.01288   0.01524   0.01315
+deep feature, DR          0.00516   0.00576   0.00449
+deep feature, one-step    0.01179   0.01598   0.01237
+neural-kernel, DR         0.00659   0.00726   0.00803
+neural-kernel, one-step   0.01311   0.01496   0.01458
 =======================  ========  ========  ========
 
-DR / one-step ranges over 0.33–0.49; the test asks for < 0.65 at seed 1.
+DR / one-step ranges over 0.36–0.55; the test asks for < 0.65 at seed 1.  The
+other tests use ``tune="none"`` and few epochs: they check mechanics, not accuracy.
 """
 
 import sys
@@ -54,7 +55,7 @@ def data():
 
 
 def _fit(data, method, **kwargs):
-    opts = dict(epochs=(30, 20), progress=False, seed=11, propensity="logistic")
+    opts = dict(epochs=(30, 20), progress=False, seed=11, propensity="logistic", tune="none")
     opts.update(kwargs)
     return ccme.fit(SMALL, data, method=method, **opts)
 
