@@ -16,6 +16,8 @@ An estimator is a small object with
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 from ..errors import ParameterError
@@ -49,7 +51,7 @@ def resolve_options(estimator, hyperparameters: dict) -> dict:
 _BLOCK_BYTES = 64 * 2**20
 
 
-class FactoredArm:
+class FactoredArm(ABC):
     """A fold-and-arm estimator whose weights factor as c(v) = L h(v).
 
     Over fixed outcome atoms y_k (``atoms``, shape (N, d_y)) the weights are
@@ -64,8 +66,9 @@ class FactoredArm:
     atoms: np.ndarray
     loadings: np.ndarray
 
-    def coefficients(self, V_eval):  # pragma: no cover - the protocol; subclasses implement it
-        raise NotImplementedError
+    @abstractmethod
+    def coefficients(self, V_eval):
+        """h(v) for each row of ``V_eval``, shape (r, n_eval)."""
 
     @property
     def n_atoms(self) -> int:

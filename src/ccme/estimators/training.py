@@ -17,6 +17,8 @@ runs.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import copy
 import numbers
 import time
@@ -422,12 +424,13 @@ class NeuralFold:
         return self._build(arm=arm, **self._data)
 
 
-class NeuralEstimator:
+class NeuralEstimator(ABC):
     """What both neural estimators share: ``fit_fold`` returns a :class:`NeuralFold` over ``build_arm``."""
 
     @staticmethod
-    def build_arm(**kwargs):  # pragma: no cover - each estimator sets its builder
-        raise NotImplementedError
+    @abstractmethod
+    def build_arm(**kwargs):
+        """Train and return one fold-and-arm estimator (each neural estimator sets its builder)."""
 
     def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> NeuralFold:
         return NeuralFold(
