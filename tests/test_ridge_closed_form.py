@@ -79,3 +79,12 @@ def test_multivariate_outcome(small):
     dens = res.density(pts, newdata, arm=1, normalize=False)
     assert dens.shape == (len(newdata), 5)
     assert res.mean(newdata, arm=1).shape == (len(newdata), 2)
+
+
+def test_no_mass_on_the_grid_is_nan_with_a_warning(small):
+    data, scores, newdata, _ = small
+    res = ccme.fit("y ~ a | x1 + x2 | x3", data, propensity=scores, seed=2, tune="none")
+    far = np.linspace(1e4, 1e4 + 10, 50)  # far beyond every outcome: the density is 0 there
+    with pytest.warns(ccme.CcmeWarning, match="no positive mass"):
+        dens = res.density(far, newdata.iloc[:2], arm=1)
+    assert np.isnan(dens).all()

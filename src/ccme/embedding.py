@@ -95,8 +95,17 @@ class ArmEmbedding:
                 "grid of at least two points; sort `y` or pass normalize=False"
             )
         mass = np.trapezoid(clipped, grid, axis=1) if hasattr(np, "trapezoid") else np.trapz(clipped, grid, axis=1)
+        empty = ~(mass > 0)
+        if empty.any():
+            # Nothing to rescale: say so rather than return a zero "density".
+            warnings.warn(
+                f"the estimated density has no positive mass on `y` at {int(empty.sum())} of {len(mass)} V-points "
+                "(V far outside the data, or `y` outside the outcome's range); those rows are NaN",
+                CcmeWarning,
+                stacklevel=3,
+            )
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(mass[:, None] > 0, clipped / mass[:, None], 0.0)
+            return np.where(empty[:, None], np.nan, clipped / np.where(empty, 1.0, mass)[:, None])
 
     def cdf(self, V_eval: np.ndarray, y: np.ndarray, normalize: bool = True) -> np.ndarray:
         """F̂(y | v) = P̂(Y^a ≤ y | V = v), closed form for the Gaussian and Laplace kernels."""
