@@ -141,6 +141,9 @@ def figure(path: Path, out: Path, metric: str = "mse"):
                                 color=colors[mode], alpha=0.2)
             ax.set_xscale("log")
             ax.set_yscale("log")
+            sizes = sorted(frame["n"].unique())
+            ax.set_xticks(sizes, [f"{n:g}" for n in sizes], fontsize=7, rotation=45)
+            ax.minorticks_off()
             if i == 0:
                 ax.set_title(method.replace("_", " ").title().replace("Ridge", "Ridge Regression"), fontsize=10)
             if j == 0:
