@@ -113,7 +113,9 @@ def test_m_is_chosen_from_the_given_set(data, method):
     np.testing.assert_array_equal(curve.values, [3, 8])
     assert curve.chosen == curve.values[np.argmin(curve.criterion)]
     assert res.hyperparameters["M"] == res.tuning.chosen["M"] == curve.chosen
-    assert np.all(np.isfinite(res.density(np.linspace(-5, 25, 5), arm=1)))
+    # The raw density of the chosen model is finite everywhere (the normalised one
+    # is NaN, with a warning, where a few-epoch fit leaves no positive mass).
+    assert np.all(np.isfinite(res.density(np.linspace(-5, 25, 5), arm=1, normalize=False)))
     if method == "neural_kernel":
         assert len(res.hyperparameters["grid"]) == curve.chosen
         assert not _curves(res, "lam0")

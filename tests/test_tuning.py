@@ -163,3 +163,12 @@ def test_plot_tuning(tuned):
     untuned = ccme.fit(F, ccme.datasets.paper_simulation(200, seed=1), seed=1, tune="none")
     with pytest.raises(ccme.ParameterError, match="nothing was tuned"):
         untuned.plot_tuning()
+
+
+def test_one_step_tuning_ignores_the_propensity(data):
+    """One-step uses no nuisance model; its tuned read-out bandwidth must not depend on the propensity."""
+    grid = np.linspace(-10, 50, 120)
+    fits = [ccme.fit(F, data, mode="onestep", propensity=p, seed=0) for p in ("forest", "logistic")]
+    for arm in (1, 0):
+        assert fits[0].outcome_kernel(arm) == fits[1].outcome_kernel(arm)
+    np.testing.assert_array_equal(fits[0].density(grid, data.iloc[:5]), fits[1].density(grid, data.iloc[:5]))

@@ -234,6 +234,7 @@ def fit(
             chosen, curves = tune_outcome_bandwidth(
                 embeddings=embeddings, design=design, folds=fold_list, scores=clipped, base=y_kernel,
                 factors=grids["y_bandwidth"], seed=int(rng.integers(2**31 - 1)), n_threads=n_threads,
+                weighted=mode != "onestep",
             )
             for arm, kernel in chosen.items():
                 embeddings[arm].y_kernel = kernel

@@ -365,8 +365,12 @@ def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0,
 # ---------------------------------------------------------------------------
 # outcome bandwidth by weighted least-squares cross-validation
 # ---------------------------------------------------------------------------
-def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, factors, seed, n_threads=0):
+def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, factors, seed, n_threads=0,
+                           weighted=True):
     """Choose each arm's read-out bandwidth σ_y (a factor of ``base``) by weighted least-squares CV.
+
+    ``weighted=False`` (the one-step mode, which targets the arm's observed
+    conditional law and uses no propensity) sets every weight ω_j to 1.
 
     Returns ({arm: Kernel}, [TuningCurve per arm]).
     """
@@ -384,7 +388,7 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
                 continue
             chosen = np.sort(rng.choice(held, size=min(_ISE_UNITS, held.size), replace=False))
             p_arm = scores[chosen] if arm == 1 else 1.0 - scores[chosen]
-            omega = 1.0 / p_arm
+            omega = 1.0 / p_arm if weighted else np.ones(len(chosen))
             # Each chosen unit stands for held.size / chosen.size arm units of the held-out part.
             scale = held.size / chosen.size / len(fold.nuisance) / len(folds)
             atoms, c = part.weights(design.V[chosen], n_threads=n_threads)
