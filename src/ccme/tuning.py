@@ -72,6 +72,7 @@ _MAX_RANK = 2000
 _ISE_UNITS = 300      # held-out units per fold and arm in the σ_y criterion
 _ISE_GRID = 256       # quadrature points of ∫ p̂²
 _RANK_TOL = 1e-2      # pivoted Cholesky stops at 1e-2 · min(1, nλ_min)
+_EXTENSIONS = 2       # times the default λ₀ grid may grow by a decade below its smallest value
 
 
 @dataclass(frozen=True)
@@ -235,24 +236,34 @@ def tune_ridge(*, mode, design, Xo, folds, scores, prepared, grids, n_threads=0)
     if uses_stage1 and ("lam0" in grids or "x_bandwidth" in grids):
         lam_grid = np.asarray(grids.get("lam0", (lam0[1],)))
         factors = grids.get("x_bandwidth", (1.0,))
+        # The default grid is extended downwards (a decade, two points, at a time, at most
+        # _EXTENSIONS times) while the optimum sits at its smallest value: large
+        # first-stage samples want smaller penalties.  A user's grid is kept as given.
+        extend = grids.get("lam0") is LAMBDA_GRID
         best_overall = {}
+
+        def curve(arm, f, grid):
+            nonlocal approximate
+            total = np.zeros(len(grid))
+            for k, fold in enumerate(folds):
+                rows = fold.nuisance[A[fold.nuisance] == arm]
+                spectra[(k, arm, f)] = spec = _spectrum(Xo[rows], x_kernel, f, grid.min(), n_threads)
+                approximate |= spec.approximate
+                total += len(rows) * spec.loo(G[rows], grid, n_threads)
+            return total / sum(int(np.sum(A[fold.nuisance] == arm)) for fold in folds)
+
         for arm in (1, 0):
-            per_factor = []
-            for f in factors:
-                total = np.zeros(len(lam_grid))
-                for k, fold in enumerate(folds):
-                    rows = fold.nuisance[A[fold.nuisance] == arm]
-                    spectra[(k, arm, f)] = spec = _spectrum(Xo[rows], x_kernel, f, lam_grid.min(), n_threads)
-                    approximate |= spec.approximate
-                    total += len(rows) * spec.loo(G[rows], lam_grid, n_threads)
-                total /= sum(int(np.sum(A[fold.nuisance] == arm)) for fold in folds)
-                per_factor.append(total)
-            per_factor = np.array(per_factor)
-            i_f, i_l = np.unravel_index(_best(per_factor.ravel()), per_factor.shape)
-            best_overall[arm] = (factors[i_f], lam_grid[i_l], per_factor[i_f, i_l])
-            for f, curve in zip(factors, per_factor):
-                report.curves.append(TuningCurve("lam0", lam_grid, curve, "LOO (RKHS)", lam_grid[i_l], arm, f))
-            lam0[arm] = float(lam_grid[i_l])
+            arm_grid = lam_grid
+            for extension in range(_EXTENSIONS + 1):
+                per_factor = np.array([curve(arm, f, arm_grid) for f in factors])
+                i_f, i_l = np.unravel_index(_best(per_factor.ravel()), per_factor.shape)
+                if not (extend and i_l == 0) or extension == _EXTENSIONS:
+                    break
+                arm_grid = np.concatenate([arm_grid[0] * 10.0 ** np.array([-1.0, -0.5]), arm_grid])
+            best_overall[arm] = (factors[i_f], arm_grid[i_l], per_factor[i_f, i_l])
+            for f, values in zip(factors, per_factor):
+                report.curves.append(TuningCurve("lam0", arm_grid, values, "LOO (RKHS)", arm_grid[i_l], arm, f))
+            lam0[arm] = float(arm_grid[i_l])
         if "x_bandwidth" in grids:
             # One X kernel for both arms: the factor with the smaller summed criterion.
             f_best = min(best_overall.values(), key=lambda t: t[2])[0] if len(factors) > 1 else factors[0]
