@@ -94,16 +94,9 @@ class ArmEmbedding:
                 "normalize=True rescales the density to integrate to one on `y`, which needs an increasing "
                 "grid of at least two points; sort `y` or pass normalize=False"
             )
-        mass = np.trapezoid(clipped, grid, axis=1) if hasattr(np, "trapezoid") else np.trapz(clipped, grid, axis=1)
-        empty = ~(mass > 0)
-        if empty.any():
-            # Nothing to rescale: say so rather than return a zero "density".
-            warnings.warn(
-                f"the estimated density has no positive mass on `y` at {int(empty.sum())} of {len(mass)} V-points "
-                "(V far outside the data, or `y` outside the outcome's range); those rows are NaN",
-                CcmeWarning,
-                stacklevel=3,
-            )
+        mass = np.trapezoid(clipped, grid, axis=1)
+        # Nothing to rescale: say so rather than return a zero "density".
+        empty = _warn_no_mass(mass, "density on `y`", "or `y` outside the outcome's range", "those rows are NaN")
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(empty[:, None], np.nan, clipped / np.where(empty, 1.0, mass)[:, None])
 
@@ -129,15 +122,8 @@ class ArmEmbedding:
         d = self.d_y
         raw = self.contract(V_eval, np.zeros((0, d)), "moments")
         mass = raw[:, 0]
-        bad = ~(mass > 0)
-        if bad.any():
-            warnings.warn(
-                f"the estimated distribution has no positive mass at {int(bad.sum())} of {len(mass)} V-points "
-                "(V far outside the data, or a very large penalty); their moments are NaN",
-                CcmeWarning,
-                stacklevel=3,
-            )
-            mass = np.where(bad, np.nan, mass)
+        bad = _warn_no_mass(mass, "distribution", "or a very large penalty", "their moments are NaN")
+        mass = np.where(bad, np.nan, mass)
         mean = raw[:, 1 : 1 + d] / mass[:, None]
         second = raw[:, 1 + d :] / mass[:, None] + self.y_kernel.variance()[None, :]
         var = second - mean**2
@@ -245,3 +231,16 @@ def invert_cdf(F: np.ndarray, grid: np.ndarray, q: np.ndarray) -> np.ndarray:
         out[i] = grid[k - 1] + t * (grid[k] - grid[k - 1])
         out[i, q <= row[0]] = grid[0]
     return out.reshape(F.shape[:-1] + (len(q),))
+
+
+def _warn_no_mass(mass: np.ndarray, what: str, cause: str, consequence: str) -> np.ndarray:
+    """Rows without positive mass (returned as a mask), with one warning that counts them."""
+    empty = ~(mass > 0)
+    if empty.any():
+        warnings.warn(
+            f"the estimated {what} has no positive mass at {int(empty.sum())} of {len(mass)} V-points "
+            f"(V far outside the data, {cause}); {consequence}",
+            CcmeWarning,
+            stacklevel=4,
+        )
+    return empty
