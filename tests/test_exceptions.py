@@ -12,7 +12,7 @@ from ccme import DataError, FormulaError, ParameterError
 
 @pytest.fixture(scope="module")
 def data():
-    return ccme.datasets.paper_simulation(120, seed=11)
+    return pd.concat(ccme.datasets.paper_simulation(120, seed=11, truth=True), axis=1)  # with the true `ps`
 
 
 F = "y ~ a | x1 + x2 | x3"

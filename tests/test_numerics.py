@@ -28,7 +28,7 @@ F = "y ~ a | x1 + x2 | x3"
 
 @pytest.fixture(scope="module")
 def data():
-    return ccme.datasets.paper_simulation(60, seed=5)
+    return pd.concat(ccme.datasets.paper_simulation(60, seed=5, truth=True), axis=1)  # with the true `ps`
 
 
 def _scores(data):

@@ -23,7 +23,7 @@ FIXED = {"x_bandwidth": 1.5, "v_bandwidth": 1.0, "y_bandwidth": 0.8, "tune": "no
 
 @pytest.fixture(scope="module")
 def data():
-    return ccme.datasets.paper_simulation(N, seed=21)
+    return pd.concat(ccme.datasets.paper_simulation(N, seed=21, truth=True), axis=1)  # with the true `ps`
 
 
 def _weak_scores(data, n_low=7, n_high=4):

@@ -12,8 +12,8 @@ MODES = ["dr", "ipw", "pi", "onestep"]
 
 @pytest.fixture(scope="module")
 def small():
-    data = ccme.datasets.paper_simulation(160, seed=3)
-    scores = np.clip(data["ps"].to_numpy() + 0.05, 0.01, 0.99)  # known propensities, off the truth on purpose
+    data, truth = ccme.datasets.paper_simulation(160, seed=3, truth=True)
+    scores = np.clip(truth["ps"].to_numpy() + 0.05, 0.01, 0.99)  # known propensities, off the truth on purpose
     newdata = pd.DataFrame(np.random.default_rng(0).normal(1, 1, (7, 5)), columns=[f"x{j}" for j in range(1, 6)])
     grid = np.linspace(data["y"].min() - 3, data["y"].max() + 3, 61)
     return data, scores, newdata, grid

@@ -31,9 +31,9 @@ from ccme.datasets import IHDP_BINARY, IHDP_CONTINUOUS, ihdp_density, ihdp_surfa
 
 SMALL = os.environ.get("CCME_VIGNETTE_SMALL") == "1"   # the data are small: the size knob cuts fits and replicates
 
-frame = ihdp_surface_b(seed=3)
+data, truths = ihdp_surface_b(seed=3, truth=True)  # what an analyst sees; the truths mu0, mu1, y0, y1 apart
+frame = data.join(truths)                           # both side by side, for the comparisons with the truth
 covariates = list(IHDP_CONTINUOUS) + list(IHDP_BINARY)
-data = frame[["y", "treat"] + covariates]          # what an analyst would see: no mu0, mu1, y0, y1
 print(f"{len(data)} children, {int(data['treat'].sum())} treated; "
       f"true average effect on the treated 4, on everyone {np.mean(frame['mu1'] - frame['mu0']):.2f}")
 
@@ -140,7 +140,7 @@ for ax, arm in zip(axes, (1, 0)):
 # %%
 rows = []
 for seed in range(1 if SMALL else 10):
-    f = ihdp_surface_b(seed=seed)
+    f = pd.concat(ihdp_surface_b(seed=seed, truth=True), axis=1)
 
     def truth_f(y, profile, arm, f=f):
         return ihdp_density(y, f[f["sex"] == float(profile["sex"].iloc[0])], arm=arm).mean(axis=0)

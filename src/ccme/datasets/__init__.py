@@ -7,6 +7,12 @@
   Hill's response surface B, exact truth Y^a | X ~ N(μ_a(X), 1).
 - :func:`load_nsw`, :func:`load_nhefs`, :func:`load_ihdp_covariates`: real data
   (sources and licences in the package's ``datasets/data/README.md``).
+
+The simulators return the observed columns only, so that ``.`` in a formula
+means the covariates and nothing else; ``truth=True`` also returns, as a
+second frame on the same index, what an analyst never sees (potential
+outcomes, true propensity or conditional means):
+``data, truth = paper_simulation(n, seed=1, truth=True)``.
 """
 
 from .ihdp import IHDP_BINARY, IHDP_CONTINUOUS, ihdp_density, ihdp_surface_b

@@ -11,6 +11,8 @@ with β's entries drawn from (0, 0.1, 0.2, 0.3, 0.4) with probabilities
 so that the average effect on the treated is 4.  So the exact truth is
 Y^a | X = x ~ N(μ_a(x), 1), and any number of replicates can be drawn.
 Column names use ``_`` where the raw table has ``.`` (``b.head`` → ``b_head``).
+The truths (μ_a(x), Y⁰, Y¹, β, ω) are returned apart from the observed
+columns, and only on request (``ihdp_surface_b(seed, truth=True)``).
 """
 
 from __future__ import annotations
@@ -33,17 +35,30 @@ _W = 0.5
 _CATT = 4.0
 
 
-def ihdp_surface_b(seed=None) -> pd.DataFrame:
+def ihdp_surface_b(seed=None, *, truth: bool = False):
     """One replicate of IHDP with response surface B.
+
+    Parameters
+    ----------
+    seed : int, numpy Generator or None
+        Seed of :func:`numpy.random.default_rng` (draws β and the noise).
+    truth : bool, default False
+        Also return what an analyst never observes.  The same ``seed`` gives
+        the same observed data either way.
 
     Returns
     -------
-    DataFrame
-        ``y`` (observed outcome), ``treat``, the 25 covariates (continuous
-        ones standardised), the true conditional means ``mu0``, ``mu1`` and
-        the potential outcomes ``y0``, ``y1``.  ``frame.attrs`` holds the
-        drawn ``beta`` and ``omega``.
+    data : DataFrame
+        The observed columns only: ``y`` (observed outcome), ``treat`` and the
+        25 covariates (continuous ones standardised), so that ``.`` in a
+        formula adjusts for the covariates and nothing else.
+    truth : DataFrame, only with ``truth=True``
+        On ``data``'s index: the true conditional means ``mu0``, ``mu1`` and
+        the potential outcomes ``y0``, ``y1``; ``truth.attrs`` holds the drawn
+        ``beta`` and ``omega``.  :func:`ihdp_density` takes its rows.
     """
+    if not isinstance(truth, (bool, np.bool_)):
+        raise ParameterError(f"`truth` must be True or False; got {truth!r}")
     rng = np.random.default_rng(seed)
     raw = load_ihdp_covariates(hill=True)
     raw.columns = [c.replace(".", "_") for c in raw.columns]
@@ -62,19 +77,43 @@ def ihdp_surface_b(seed=None) -> pd.DataFrame:
     frame = X.copy()
     frame.insert(0, "treat", treat)
     frame.insert(0, "y", np.where(treat == 1, y1, y0))
-    frame["mu0"], frame["mu1"], frame["y0"], frame["y1"] = mu0, mu1, y0, y1
-    frame.attrs["beta"] = beta.tolist()
-    frame.attrs["omega"] = omega
-    return frame
+    if not truth:
+        return frame
+    truths = pd.DataFrame({"mu0": mu0, "mu1": mu1, "y0": y0, "y1": y1}, index=frame.index)
+    truths.attrs["beta"] = beta.tolist()
+    truths.attrs["omega"] = omega
+    return frame, truths
 
 
-def ihdp_density(y, frame: pd.DataFrame, arm: int = 1) -> np.ndarray:
-    """Exact density of Y^a given X = x for each row of an :func:`ihdp_surface_b` frame: N(μ_a(x), 1).
+def _describe(value) -> str:
+    if isinstance(value, pd.DataFrame):
+        return f"a DataFrame with columns {list(value.columns)}"
+    return type(value).__name__
 
-    Returns an array (n_rows, len(y)).
+
+def ihdp_density(y, truth: pd.DataFrame, arm: int = 1) -> np.ndarray:
+    """Exact density of Y^a given X = x, N(μ_a(x), 1), for each row of ``truth``.
+
+    Parameters
+    ----------
+    y : array (G,)
+        Outcome values.
+    truth : DataFrame
+        Rows of the truth frame of ``ihdp_surface_b(seed, truth=True)`` (any
+        frame with columns ``mu0`` and ``mu1``).
+    arm : {1, 0}
+
+    Returns
+    -------
+    ndarray (n_rows, G)
     """
     if arm not in (0, 1):
         raise ParameterError(f"`arm` must be 1 or 0; got {arm!r}")
-    mu = frame[f"mu{arm}"].to_numpy(dtype=float)
+    if not isinstance(truth, pd.DataFrame) or f"mu{arm}" not in truth.columns:
+        raise ParameterError(
+            "`truth` must be (rows of) the truth frame of ihdp_surface_b(seed, truth=True), with columns "
+            f"mu0 and mu1; got {_describe(truth)}"
+        )
+    mu = truth[f"mu{arm}"].to_numpy(dtype=float)
     y = np.asarray(y, dtype=float).ravel()
     return norm.pdf(y[None, :], mu[:, None], 1.0)

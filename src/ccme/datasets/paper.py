@@ -11,6 +11,9 @@ so Y⁰ is Y¹ with the treatment effect set to zero (paper, Appendix
 "Experimental Details"), and both are bimodal.  Given V = v the unobserved
 X6..X10 stay N(1, 1), so Y^a | V = v is a two-component normal mixture in
 closed form (:func:`paper_simulation_density`).
+
+The simulated truths (Y⁰, Y¹, π(X)) are returned apart from the observed
+columns, and only on request (``paper_simulation(n, truth=True)``).
 """
 
 from __future__ import annotations
@@ -45,17 +48,43 @@ def _noise_sd(x1, x5):
     return 0.5 * (1.0 + 0.5 * np.abs(x1) + 0.3 * np.abs(x5))
 
 
-def paper_simulation(n: int, seed=None) -> pd.DataFrame:
+def paper_simulation(n: int, seed=None, *, truth: bool = False):
     """Draw ``n`` units of the paper's simulation.
+
+    Parameters
+    ----------
+    n : int
+        Number of units (positive).
+    seed : int, numpy Generator or None
+        Seed of :func:`numpy.random.default_rng`.
+    truth : bool, default False
+        Also return what an analyst never observes.  The same ``seed`` gives
+        the same observed data either way.
 
     Returns
     -------
-    DataFrame
-        Columns ``y`` (observed outcome), ``a`` (treatment, 0/1), ``x1``..``x10``,
-        the potential outcomes ``y0`` and ``y1``, and the true propensity ``ps``.
+    data : DataFrame
+        The observed columns only: ``y`` (observed outcome), ``a`` (treatment,
+        0/1) and ``x1``..``x10``.  So ``"y ~ a | x1 + x2 | ."`` adjusts for
+        x3..x10 and nothing else: no potential outcome or true propensity can
+        slip into the covariates through ``.``.
+    truth : DataFrame, only with ``truth=True``
+        On ``data``'s index: the potential outcomes ``y0`` and ``y1`` (``y``
+        is ``y1`` where ``a == 1``, ``y0`` elsewhere) and the true propensity
+        ``ps`` = P(A = 1 | X).  The exact conditional density is
+        :func:`paper_simulation_density`.
+
+    Examples
+    --------
+    >>> data = paper_simulation(500, seed=1)
+    >>> data, truth = paper_simulation(500, seed=1, truth=True)
+    >>> list(truth.columns)
+    ['y0', 'y1', 'ps']
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ParameterError(f"`n` must be a positive integer; got {n!r}")
+    if not isinstance(truth, (bool, np.bool_)):
+        raise ParameterError(f"`truth` must be True or False; got {truth!r}")
     rng = np.random.default_rng(seed)
     X = rng.normal(1.0, 1.0, size=(n, 10))
     in_box = (X[:, 0] >= 0.0) & (X[:, 0] <= 2.0) & (X[:, 5] >= 1.5)
@@ -68,10 +97,9 @@ def paper_simulation(n: int, seed=None) -> pd.DataFrame:
     frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(1, 11)])
     frame.insert(0, "a", a)
     frame.insert(0, "y", np.where(a == 1, y1, y0))
-    frame["y0"] = y0
-    frame["y1"] = y1
-    frame["ps"] = ps
-    return frame
+    if not truth:
+        return frame
+    return frame, pd.DataFrame({"y0": y0, "y1": y1, "ps": ps}, index=frame.index)
 
 
 def paper_simulation_density(y, v, arm: int = 1) -> np.ndarray:
