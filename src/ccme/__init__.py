@@ -27,9 +27,11 @@ from .errors import (
     ParameterError,
     PositivityError,
 )
+from .bootstrap import Bands, EffectTest
+from .embedding import Embedding
 from .io import load
 from .result import CCMEResult
 
 __version__ = "0.1.0"
 
-__all__ = ["fit", "load", "CCMEResult", "datasets", "METHODS", "MODES", "RIDGE_DEFAULTS", *errors.__all__]
+__all__ = ["fit", "load", "CCMEResult", "Embedding", "Bands", "EffectTest", "datasets", "METHODS", "MODES", "RIDGE_DEFAULTS", *errors.__all__]

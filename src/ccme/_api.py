@@ -1,4 +1,11 @@
-"""``ccme.fit``: formula → design → per-fold, per-arm estimators → result."""
+"""``ccme.fit``: the pipeline validate → design → folds → propensity → tune → cross-fit → result.
+
+This module owns the order of the stages and nothing else: the formula and
+design (:mod:`ccme.formula`), the folds and the cross-fitting
+(:mod:`ccme.crossfit`), the propensity model (:mod:`ccme.propensity`), the
+estimator's stages (:mod:`ccme.estimators.base`), the tuning
+(:mod:`ccme.tuning`) and the result (:mod:`ccme.result`) live in their modules.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +13,17 @@ import time
 
 import numpy as np
 
-from .crossfit import Fold, make_folds
-from .embedding import ArmEmbedding
+from .crossfit import check_fold_arms, cross_fit, cross_fit_scores, make_folds, trim_folds
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS, get_estimator
-from .estimators.base import resolve_options
-from .estimators.neural_tuning import tune_neural
-from .estimators.training import NeuralEstimator
-from .estimators.ridge import MODES, RIDGE_DEFAULTS
+from .estimators.base import CrossFitData, Tuned
+from .estimators.ridge import RIDGE_DEFAULTS
 from .formula import build_design, parse_formula
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics
+from .pseudo import MODES, check_mode, uses_propensity
 from .result import CCMEResult
-from .tuning import TuningReport, note_edges, resolve_tune, tune_outcome_bandwidth, tune_ridge
+from .tuning import TuningReport, resolve_tune, tune_readout
 
 __all__ = ["fit", "METHODS", "MODES", "RIDGE_DEFAULTS"]
 
@@ -142,152 +147,85 @@ def fit(
     """
     started = time.perf_counter()
     call = _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters)
+    # validate: every argument before any work
     estimator = get_estimator(method)
-    if mode not in MODES:
-        raise ParameterError(f"`mode` must be one of {list(MODES)}; got {mode!r}")
+    check_mode(mode)
     if not isinstance(clip, (int, float)) or not 0.0 <= clip < 0.5:
         raise ParameterError(f"`clip` must be a number in [0, 0.5); got {clip!r}")
     if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0.0 <= trim < 0.5:
         raise ParameterError(f"`trim` must be a number in [0, 0.5); got {trim!r}")
-    options = resolve_options(estimator, hyperparameters)
-    user_keys = {t for key in hyperparameters for t in estimator.aliases.get(key, (key,))}
-    grids = resolve_tune(tune, method, user_keys)
+    options = estimator.options(hyperparameters)
+    grids = resolve_tune(tune, method, estimator.user_keys(hyperparameters))
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)
 
-    parsed = parse_formula(formula, getattr(data, "columns", []))
-    design = build_design(parsed, data, treated=treated, na_action=na_action)
-    n = design.n
-    fold_list = make_folds(n, folds, rng)
+    # design and folds
+    design = build_design(parse_formula(formula, getattr(data, "columns", [])), data, treated=treated,
+                          na_action=na_action)
+    fold_list = make_folds(design.n, folds, rng)
+    _check_arm_sizes(design.A)
+    check_fold_arms(design.A, fold_list, mode)
+    prop_cols = _covariate_columns(design, propensity_covariates)
+    out_cols = _covariate_columns(design, outcome_covariates)
+    Xo = np.ascontiguousarray(design.X[:, out_cols])
+    params = estimator.prepare(options, design=design, Xo=Xo, seed=int(rng.integers(2**31 - 1)))
+    # refuse now, before the propensity and tuning work (ccme.memory)
+    needed = estimator.memory_bytes(params, mode=mode, A=design.A, folds=fold_list)
+    if needed:
+        check_allocation(needed, f"the {method} estimator's Cholesky factors (n = {design.n}, {len(fold_list)} folds)")
+
+    # propensity: cross-fitted scores, overlap diagnostics, clipping and trimming
+    prop_model = make_propensity(propensity, design.n, rng.integers(2**31 - 1))
+    prop_started = time.perf_counter()
+    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list)
+    prop_seconds = time.perf_counter() - prop_started
+    overlap = overlap_diagnostics(scores, design.A, clip, warn=uses_propensity(mode), trim=trim)
+    if overlap.kept is not None:
+        fold_list = trim_folds(fold_list, overlap.kept, design.A, mode, trim)
+    crossfit_data = CrossFitData(mode=mode, design=design, Xo=Xo, scores=clip_scores(scores, clip),
+                                 n_threads=n_threads)
+
+    # tune, then cross-fit
+    fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
+    tuned = Tuned(params, TuningReport())
+    if not (isinstance(tune, str) and tune == "none"):
+        tuned = estimator.tune(params, data=crossfit_data, folds=fold_list, grids=grids, seeds=fold_seeds,
+                               auto=isinstance(tune, str))
+    estimator_started = time.perf_counter()
+    embeddings = cross_fit(estimator, tuned.params, crossfit_data, fold_list, fold_seeds, tuned.prebuilt)
+    estimator_seconds = time.perf_counter() - estimator_started
+    if "y_bandwidth" in grids:
+        embeddings = tune_readout(embeddings, data=crossfit_data, folds=fold_list, grids=grids,
+                                  seed=int(rng.integers(2**31 - 1)), report=tuned.report)
+    timing = {
+        "propensity": prop_seconds,
+        "tuning": tuned.report.seconds,
+        "estimator": estimator_seconds,
+        "total": time.perf_counter() - started,
+    }
+    return CCMEResult(
+        call=call, design=design, method=method, mode=mode, folds=tuple(fold_list), seed=seed,
+        estimator=estimator, options=options, params=tuned.params, propensity=prop_model.name,
+        propensity_columns=tuple(design.x_names[i] for i in prop_cols),
+        outcome_columns=tuple(design.x_names[i] for i in out_cols), overlap=overlap, embeddings=embeddings,
+        timing=timing, clip=clip, tuning=tuned.report,
+    )
+
+
+def _check_arm_sizes(A) -> None:
     for arm in (1, 0):
-        count = int(np.sum(design.A == arm))
+        count = int(np.sum(A == arm))
         if count < _MIN_ARM_UNITS:
             label = "treated" if arm == 1 else "control"
             raise DataError(
                 f"the {label} arm has {count} unit(s); at least {_MIN_ARM_UNITS} are needed to estimate its distribution"
             )
-    _check_fold_arms(design.A, fold_list, mode)
-
-    prop_cols = (
-        design.columns_of(propensity_covariates) if propensity_covariates is not None else np.arange(design.X.shape[1])
-    )
-    out_cols = design.columns_of(outcome_covariates) if outcome_covariates is not None else np.arange(design.X.shape[1])
-    Xp = design.X[:, prop_cols]
-    Xo = np.ascontiguousarray(design.X[:, out_cols])
-
-    prepared = estimator.prepare(options, design=design, Xo=Xo, seed=int(rng.integers(2**31 - 1)))
-    memory_bytes = getattr(estimator, "memory_bytes", None)
-    if memory_bytes is not None:  # refuse now, before the propensity and tuning work (ccme.memory)
-        check_allocation(memory_bytes(prepared, mode=mode, A=design.A, folds=fold_list),
-                         f"the {method} estimator's Cholesky factors (n = {n}, {len(fold_list)} folds)")
-
-    prop_model = make_propensity(propensity, n, rng.integers(2**31 - 1))
-    scores = np.empty(n)
-    fitted_folds = []
-    prop_started = time.perf_counter()
-    for fold in fold_list:
-        scores[fold.target] = prop_model.fit_predict(
-            Xp[fold.nuisance], design.A[fold.nuisance], Xp[fold.target], fold.target
-        )
-    prop_seconds = time.perf_counter() - prop_started
-    overlap = overlap_diagnostics(scores, design.A, clip, warn=mode in ("dr", "ipw"), trim=trim)
-    clipped = clip_scores(scores, clip)
-    if overlap.kept is not None:
-        fold_list = _trim_folds(fold_list, overlap.kept, design.A, mode, trim)
-
-    report = TuningReport()
-    fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
-    tuned_arms = None
-    if isinstance(estimator, NeuralEstimator):
-        if not (isinstance(tune, str) and tune == "none"):
-            # Validation-loss selection on the first fold, whose arms it trains (kept below).
-            prepared, report, tuned_arms = tune_neural(
-                estimator, mode=mode, design=design, Xo=Xo, fold=fold_list[0],
-                scores_target=clipped[fold_list[0].target], prepared=prepared, grids=grids,
-                seed=int(fold_seeds[0]), auto=isinstance(tune, str), n_threads=n_threads,
-            )
-    elif any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
-        prepared, report = tune_ridge(
-            mode=mode, design=design, Xo=Xo, folds=fold_list, scores=clipped, prepared=prepared, grids=grids,
-            n_threads=n_threads,
-        )
-    estimator_started = time.perf_counter()
-    for fold, fold_seed in zip(fold_list, fold_seeds):
-        fitted_folds.append(
-            estimator.fit_fold(
-                prepared, mode=mode, design=design, Xo=Xo, fold=fold, scores_target=clipped[fold.target],
-                seed=int(fold_seed), n_threads=n_threads,
-            )
-        )
-    if tuned_arms:
-        fitted_folds[0].prebuilt.update(tuned_arms)
-    estimator_seconds = time.perf_counter() - estimator_started
-    # Each arm's fold estimators are built on first use (see RidgeFold).
-    y_kernel = prepared["kernels"]["y"]
-    embeddings = {
-        arm: ArmEmbedding(lambda arm=arm: [f.arm(arm) for f in fitted_folds], y_kernel, n_threads) for arm in (1, 0)
-    }
-    if "y_bandwidth" in grids:
-        if design.Y.shape[1] == 1:
-            y_started = time.perf_counter()
-            chosen, curves = tune_outcome_bandwidth(
-                embeddings=embeddings, design=design, folds=fold_list, scores=clipped, base=y_kernel,
-                factors=grids["y_bandwidth"], seed=int(rng.integers(2**31 - 1)), n_threads=n_threads,
-                weighted=mode != "onestep",
-            )
-            for arm, kernel in chosen.items():
-                embeddings[arm].y_kernel = kernel
-            report.curves.extend(curves)
-            report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
-            note_edges(report)
-            report.seconds += time.perf_counter() - y_started
-        else:
-            report.notes.append("the outcome bandwidth is tuned for a one-dimensional outcome only; the rule was kept")
-    timing = {
-        "propensity": prop_seconds,
-        "tuning": report.seconds,
-        "estimator": estimator_seconds,
-        "total": time.perf_counter() - started,
-    }
-    return CCMEResult(
-        call=call,
-        design=design,
-        method=method,
-        mode=mode,
-        folds=fold_list,
-        seed=seed,
-        estimator=estimator,
-        options=options,
-        prepared=prepared,
-        propensity=prop_model.name,
-        propensity_columns=tuple(design.x_names[i] for i in prop_cols),
-        outcome_columns=tuple(design.x_names[i] for i in out_cols),
-        overlap=overlap,
-        embeddings=embeddings,
-        timing=timing,
-        clip=clip,
-        tuning=report,
-    )
 
 
-def _check_fold_arms(A, fold_list, mode) -> None:
-    """Each fold needs units of both arms in its nuisance part (and, for one-step, its target part)."""
-    for fold in fold_list:
-        for arm in (1, 0):
-            label = "treated" if arm == 1 else "control"
-            in_nuisance = int(np.sum(A[fold.nuisance] == arm))
-            in_target = int(np.sum(A[fold.target] == arm))
-            if mode != "onestep" and in_nuisance < 2:
-                raise DataError(
-                    f"fold {fold.index + 1} leaves {in_nuisance} {label} unit(s) to fit the nuisance models; "
-                    "use fewer folds or more data"
-                )
-            if mode == "onestep" and in_target < 2:
-                raise DataError(
-                    f"fold {fold.index + 1} has {in_target} {label} unit(s) for the one-step regression; "
-                    "use fewer folds or more data"
-                )
+def _covariate_columns(design, variables) -> np.ndarray:
+    """Positions in X of a nuisance model's covariates (default: all of X)."""
+    return design.columns_of(variables) if variables is not None else np.arange(design.X.shape[1])
 
 
 def _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters) -> str:
@@ -301,19 +239,3 @@ def _describe_call(formula, method, mode, folds, propensity, seed, hyperparamete
     for key, value in hyperparameters.items():
         parts.append(f"{key}={value!r}")
     return "ccme.fit(" + ", ".join(parts) + ")"
-
-
-def _trim_folds(fold_list, kept, A, mode, trim) -> list:
-    """The folds with the trimmed units removed from their second stage (``fit(trim=)``)."""
-    out = [Fold(f.index, f.nuisance, f.target[kept[f.target]]) for f in fold_list]
-    for fold in out:
-        for arm in (1, 0):
-            count = int(np.sum(A[fold.target] == arm))
-            if count < 2:
-                label = "treated" if arm == 1 else "control"
-                raise DataError(
-                    f"trim={trim:g} leaves {count} {label} unit(s) in the second stage of fold {fold.index + 1} "
-                    f"(scores outside [{trim:g}, {1 - trim:g}] are dropped); use a smaller trim or fewer folds"
-                )
-    _check_fold_arms(A, out, mode)
-    return out

@@ -47,9 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import _backend
 from .embedding import invert_cdf
 from .errors import DataError, ParameterError
+from .estimators import ESTIMATORS
+from .estimators.base import LinearSecondStage
+from .grids import outcome_grid
+from .kernels import Kernel
 
 __all__ = ["Bands", "EffectTest", "bands", "qte_bands", "test_effect", "STATISTICS"]
 
@@ -58,60 +61,17 @@ _CHUNK_DOUBLES = 1 << 22
 
 
 # ---------------------------------------------------------------------------
-# per-fold linear structure of the ridge CCME
+# per-fold linear structure (ccme.estimators.base.LinearSecondStage)
 # ---------------------------------------------------------------------------
-def _ridge_parts(res, arm: int) -> list:
-    parts = res._embedding(arm).parts
-    if not all(hasattr(p, "L_V") and hasattr(p, "a") and hasattr(p, "b") for p in parts):
+def _linear_parts(res, arm: int) -> list:
+    parts = res.embedding(arm).parts
+    if not all(isinstance(p, LinearSecondStage) for p in parts):
+        supported = sorted(name for name, est in ESTIMATORS.items() if est.supports_bootstrap)
         raise ParameterError(
-            f"the multiplier bootstrap (bands, test_effect) needs the linear second stage of method='ridge'; "
+            f"the multiplier bootstrap (bands, test_effect) needs a linear second stage (method in {supported}); "
             f"this result was fitted with method={res.method!r}"
         )
     return parts
-
-
-def _units(res, fold, arm: int, part) -> np.ndarray:
-    """Row indices (into the data) of a fold-arm's second-stage units, in the part's order."""
-    target = fold.target
-    rows = target[res.design.A[target] == arm] if res.mode == "onestep" else target
-    if len(rows) != part.V1.shape[0]:  # the fitted part disagrees with the folds: refuse, never guess
-        raise DataError("the fitted folds do not match the result's fold assignment")
-    return rows
-
-
-def _beta(part, V_eval: np.ndarray, n_threads: int) -> np.ndarray:
-    """β(v) = (K_V + nλ₁I)⁻¹ k_V(V1, v) of one fold-arm, shape (n_part, n_eval)."""
-    ones, zeros = np.ones(part.V1.shape[0]), np.zeros(part.V1.shape[0])
-    beta, _ = _backend.ridge_weights(
-        L_V=part.L_V, V1=part.V1, v_kernel=part.v_kernel.name, v_bandwidth=part.v_kernel.bandwidth_array,
-        a=ones, b=zeros, X1=part.X1, L_X0=np.zeros((0, 0)), X0=part.X0, x_kernel=part.x_kernel.name,
-        x_bandwidth=part.x_kernel.bandwidth_array, V_eval=V_eval, n_threads=n_threads,
-    )
-    return beta
-
-
-def _unit_features(part, points, feature: str, kernel: str, bandwidth, n_threads: int) -> np.ndarray:
-    """P_i(y) = ⟨ξ̂_i, F(·, y)⟩ for the part's second-stage units, shape (n_part, len(points))."""
-    P = np.zeros((part.V1.shape[0], _backend.n_features(feature, part.Y1.shape[1], len(points))))
-    if np.any(part.a != 0):
-        P += part.a[:, None] * _backend.atom_features(part.Y1, points, feature, kernel, bandwidth, n_threads)
-    if np.any(part.b != 0) and part.L_X0.shape[0] > 0:
-        F0 = _backend.atom_features(part.Y0, points, feature, kernel, bandwidth, n_threads)
-        sol = _backend.cholesky_solve(part.L_X0, F0, n_threads)  # (K_X0 + mλ₀I)⁻¹ F0
-        xk = part.x_kernel
-        step = max(1, _CHUNK_DOUBLES // max(1, part.X1.shape[0]))
-        G = np.zeros_like(P)
-        for l0 in range(0, part.X0.shape[0], step):  # K_X1X0 sol, a block of first-stage units at a time
-            K = _backend.gram(part.X1, part.X0[l0 : l0 + step], xk.name, xk.bandwidth_array, n_threads=n_threads)
-            G += K @ sol[l0 : l0 + step]
-        P += part.b[:, None] * G
-    return P
-
-
-def _residual_features(part, P: np.ndarray, n_threads: int) -> np.ndarray:
-    """(I − H) P = s (K_V + sI)⁻¹ P with s read off the factor: diag(L Lᵀ) = k(v, v) + s = 1 + s."""
-    shift = float(np.mean(np.einsum("ij,ij->i", part.L_V, part.L_V)) - 1.0)
-    return shift * _backend.cholesky_solve(part.L_V, P, n_threads)
 
 
 @dataclass
@@ -131,22 +91,21 @@ class _Linear:
         return g[self.units].T @ (self.beta[:, e : e + 1] * self.R)
 
 
-def _linear(res, arm, V, points, feature, kernel, bandwidth, n_threads) -> list:
-    parts = _ridge_parts(res, arm)
+def _linear(res, arm, V, points, feature, kernel: Kernel) -> list:
+    parts = _linear_parts(res, arm)
+    n_threads = res.embedding(arm).n_threads
     out = []
-    for fold, part in zip(res.folds, parts):
-        P = _unit_features(part, points, feature, kernel, bandwidth, n_threads)
-        out.append(_Linear(
-            units=_units(res, fold, arm, part), beta=_beta(part, V, n_threads) / len(parts), P=P,
-            R=_residual_features(part, P, n_threads),
-        ))
+    for part in parts:
+        P = part.unit_features(points, feature, kernel, n_threads)
+        out.append(_Linear(units=part.units, beta=part.beta(V, n_threads) / len(parts), P=P,
+                           R=part.residual_features(P, n_threads)))
     return out
 
 
-def _mass_linear(res, arm, V, n_threads) -> list:
+def _mass_linear(res, arm, V) -> list:
     """The linear structure of the mass Σ_k c_k(v) (column 0 of the "moments" feature)."""
     d = res.design.Y.shape[1]
-    return _linear(res, arm, V, np.zeros((0, d)), "moments", "gaussian", np.ones(d), n_threads)
+    return _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d))
 
 
 def _multipliers(n: int, n_boot: int, seed) -> np.ndarray:
@@ -163,7 +122,7 @@ def _check_boot(n_boot, level=None):
 # ---------------------------------------------------------------------------
 # confidence bands
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Bands:
     """Bootstrap confidence bands of the kernel-smoothed density or CDF of Y^a | V = v.
 
@@ -172,8 +131,7 @@ class Bands:
     y : ndarray (G,)
     estimate : ndarray (n_v, G)
         The unit-mass estimate Σ_k c_k(v) F(y_k, y) / Σ_k c_k(v) (neither
-        clipped nor made monotone), which estimates the smoothed target
-        E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v] (CDF).
+        clipped nor made monotone).
     lower, upper : ndarray (n_v, G)
         Pointwise bands.
     lower_simultaneous, upper_simultaneous : ndarray (n_v, G)
@@ -186,6 +144,10 @@ class Bands:
     n_boot : int
     index : list
         Labels of the V-points.
+    target : str
+        What the bands cover: the regularised, kernel-smoothed
+        E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v] (CDF); the
+        ridge bias is not included.
     """
 
     y: np.ndarray
@@ -200,27 +162,33 @@ class Bands:
     arm: int
     n_boot: int
     index: list
+    target: str = "the ridge-regularised kernel-smoothed target (no bias correction)"
+
+    def __repr__(self) -> str:
+        return (f"<ccme.Bands: {self.level:.0%} {self.feature} bands, arm {self.arm}, {len(self.index)} V-point(s) "
+                f"x {len(self.y)} y-points, {self.n_boot} bootstrap draws; covers {self.target}>")
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table: one row per (profile, y)."""
+        """Long table, one row per (profile, y): ``estimate``, ``std_error``, ``conf_low``/``conf_high``
+        (pointwise) and ``conf_low_simultaneous``/``conf_high_simultaneous``."""
         n, G = self.estimate.shape
         return pd.DataFrame({
             "profile": np.repeat(self.index, G), "y": np.tile(self.y, n), "estimate": self.estimate.ravel(),
-            "lower": self.lower.ravel(), "upper": self.upper.ravel(),
-            "lower_simultaneous": self.lower_simultaneous.ravel(),
-            "upper_simultaneous": self.upper_simultaneous.ravel(), "se": self.se.ravel(),
+            "std_error": self.se.ravel(), "conf_low": self.lower.ravel(), "conf_high": self.upper.ravel(),
+            "conf_low_simultaneous": self.lower_simultaneous.ravel(),
+            "conf_high_simultaneous": self.upper_simultaneous.ravel(),
         })
 
 
 def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, level: float, n_boot: int,
-          seed, n_threads: int = 0) -> Bands:
+          seed) -> Bands:
     """Pointwise and simultaneous bands (see :meth:`ccme.CCMEResult.bands`)."""
     _check_boot(n_boot, level)
     if feature not in ("density", "cdf"):
         raise ParameterError(f"`feature` must be 'density' or 'cdf'; got {feature!r}")
-    kernel = res._embedding(arm).y_kernel  # the kernel the arm's density and CDF are read out with
-    lin = _linear(res, arm, V, y, feature, kernel.name, kernel.bandwidth_array, n_threads)
-    lin_mass = _mass_linear(res, arm, V, n_threads)
+    kernel = res.embedding(arm).y_kernel  # the kernel the arm's density and CDF are read out with
+    lin = _linear(res, arm, V, y, feature, kernel)
+    lin_mass = _mass_linear(res, arm, V)
     g = _multipliers(res.n, n_boot, seed)
     mass = sum(part.estimate() for part in lin_mass)[:, 0]
     estimate = sum(part.estimate() for part in lin) / mass[:, None]
@@ -249,7 +217,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
 # ---------------------------------------------------------------------------
 # the test of no distributional effect
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class EffectTest:
     """Result of :meth:`ccme.CCMEResult.test_effect`.
 
@@ -257,30 +225,43 @@ class EffectTest:
     ----------
     statistic : float
         Global statistic: the mean over the V-points of T(v).
-    pvalue : float
+    p_value : float
         Global p-value, (1 + #{T* ≥ T}) / (1 + n_boot).
     table : DataFrame
-        Per V-point: ``statistic`` T(v) and ``pvalue``.
+        Per V-point: ``statistic`` T(v) and ``p_value``.
     statistic_name : str
-        "mmd": T(v) = ‖μ̂₁(v) − μ̂₀(v)‖²; "mean": T(v) = ‖mean₁(v) − mean₀(v)‖².
+        "squared MMD": T(v) = ‖μ̂₁(v) − μ̂₀(v)‖²; "squared mean difference":
+        T(v) = ‖mean₁(v) − mean₀(v)‖².
     n_boot : int
     """
 
     statistic: float
-    pvalue: float
+    p_value: float
     table: pd.DataFrame
     statistic_name: str
     n_boot: int
+
+    def __repr__(self) -> str:
+        return (f"<ccme.EffectTest: H0 p(Y1 | V=v) = p(Y0 | V=v), {self.statistic_name}, "
+                f"{len(self.table)} V-point(s): statistic {self.statistic:.4g}, p-value {self.p_value:.4g}>")
 
     def __str__(self) -> str:
         return (
             f"Test of H0: p(Y1 | V=v) = p(Y0 | V=v) ({self.statistic_name}, multiplier bootstrap, "
             f"{self.n_boot} draws)\n"
             f"global (mean over {len(self.table)} V-points): statistic {self.statistic:.4g}, "
-            f"p-value {self.pvalue:.4g}\n" + self.table.to_string(float_format=lambda x: f"{x:.4g}")
+            f"p-value {self.p_value:.4g}\n" + self.table.to_string(float_format=lambda x: f"{x:.4g}")
         )
 
-    __repr__ = __str__
+    def to_frame(self) -> pd.DataFrame:
+        """Long table: one row per V-point and a last row ``profile="global"``; ``statistic``, ``p_value``."""
+        rows = self.table.reset_index()
+        rows["profile"] = rows["profile"].astype(object)
+        glob = pd.DataFrame({"profile": ["global"], "statistic": [self.statistic], "p_value": [self.p_value]})
+        return pd.concat([rows, glob], ignore_index=True)
+
+
+_STATISTIC_NAMES = {"mmd": "squared MMD", "mean": "squared mean difference"}
 
 
 def _mmd_grid(res):
@@ -289,8 +270,9 @@ def _mmd_grid(res):
     k_σ(y, y') = N(y − y'; 0, σ²) = ∫ N(t − y; 0, σ²/2) N(t − y'; 0, σ²/2) dt, so for
     f = Σ w_k φ(y_k), ‖f‖² = ∫ (Σ_k w_k N(t − y_k; 0, σ²/2))² dt: the L² norm of a
     half-variance smoothing, computed by the trapezoid rule on a grid of step s/2,
-    s = σ/√2, over the data ± 8σ.  For Gaussians the trapezoid error at that step
-    is below exp(−2π²·4) ≈ 1e-34 relative; the tails beyond 8σ hold < 1e-27.
+    s = σ/√2, over the data ± the margin of :mod:`ccme.grids` (6σ, 8.5 s).  For
+    Gaussians the trapezoid error at that step is below exp(−2π²·4) ≈ 1e-34
+    relative; the tails beyond the margin hold < 1e-16.
     """
     kernel = res.kernels["y"]  # the RKHS of the MMD (see ccme.effects)
     if kernel.name != "gaussian":
@@ -298,14 +280,12 @@ def _mmd_grid(res):
             f"statistic='mmd' is calibrated for the Gaussian outcome kernel; y_kernel={kernel.name!r}: "
             "use statistic='mean'"
         )
-    sigma = kernel.bandwidth_array[0]
-    s = sigma / np.sqrt(2.0)
-    y = res.design.Y[:, 0]
-    t = np.arange(y.min() - 8 * sigma, y.max() + 8 * sigma + s / 2, s / 2)
+    s = kernel.bandwidth_array[0] / np.sqrt(2.0)
+    t = outcome_grid(res.design.Y, kernel, step=s / 2)
     return t, np.full(len(t), s / 2), s
 
 
-def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed, n_threads: int = 0) -> EffectTest:
+def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed) -> EffectTest:
     """The multiplier-bootstrap test of no distributional effect (see :meth:`ccme.CCMEResult.test_effect`)."""
     _check_boot(n_boot)
     if statistic not in STATISTICS:
@@ -318,8 +298,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed,
                 "grid); use statistic='mean' for a multivariate outcome"
             )
         t, w, s = _mmd_grid(res)
-        lin = {arm: _linear(res, arm, V, t[:, None], "density", "gaussian", np.array([s]), n_threads)
-               for arm in (1, 0)}
+        lin = {arm: _linear(res, arm, V, t[:, None], "density", Kernel("gaussian", (s,))) for arm in (1, 0)}
         diff = sum(p.estimate() for p in lin[1]) - sum(p.estimate() for p in lin[0])
         observed = (diff**2) @ w
         boot = np.empty((len(V), n_boot))
@@ -328,7 +307,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed,
             boot[e] = (Z**2) @ w
     else:
         d = res.design.Y.shape[1]
-        lin = {arm: _linear(res, arm, V, np.zeros((0, d)), "moments", "gaussian", np.ones(d), n_threads)
+        lin = {arm: _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d))
                for arm in (1, 0)}
         observed = np.zeros(len(V))
         boot = np.zeros((len(V), n_boot))
@@ -349,8 +328,8 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed,
     pvals = (1.0 + np.sum(boot >= observed[:, None], axis=1)) / (1.0 + n_boot)
     global_stat = float(observed.mean())
     global_p = float((1.0 + np.sum(boot.mean(axis=0) >= global_stat)) / (1.0 + n_boot))
-    table = pd.DataFrame({"statistic": observed, "pvalue": pvals}, index=pd.Index(list(index), name="profile"))
-    return EffectTest(statistic=global_stat, pvalue=global_p, table=table, statistic_name=statistic,
+    table = pd.DataFrame({"statistic": observed, "p_value": pvals}, index=pd.Index(list(index), name="profile"))
+    return EffectTest(statistic=global_stat, p_value=global_p, table=table, statistic_name=_STATISTIC_NAMES[statistic],
                       n_boot=int(n_boot))
 
 
@@ -361,8 +340,7 @@ def _normalised_cdf(raw: np.ndarray, mass) -> np.ndarray:
     return np.maximum.accumulate(np.clip(raw / mass, 0.0, 1.0), axis=-1)
 
 
-def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: float, n_boot: int, seed,
-              n_threads: int = 0):
+def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: float, n_boot: int, seed):
     """Quantile treatment effects Q₁(q | v) − Q₀(q | v) with pointwise bootstrap bands.
 
     Each draw perturbs both arms' raw CDFs and masses by the multiplier
@@ -379,9 +357,9 @@ def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: flo
     g = _multipliers(res.n, n_boot, seed)
     lin, lin_mass, raw, mass = {}, {}, {}, {}
     for arm in (1, 0):
-        kernel = res._embedding(arm).y_kernel  # each arm's CDF as read out
-        lin[arm] = _linear(res, arm, V, grid[:, None], "cdf", kernel.name, kernel.bandwidth_array, n_threads)
-        lin_mass[arm] = _mass_linear(res, arm, V, n_threads)
+        kernel = res.embedding(arm).y_kernel  # each arm's CDF as read out
+        lin[arm] = _linear(res, arm, V, grid[:, None], "cdf", kernel)
+        lin_mass[arm] = _mass_linear(res, arm, V)
         raw[arm] = sum(p.estimate() for p in lin[arm])
         mass[arm] = sum(p.estimate() for p in lin_mass[arm])[:, :1]
     qte = invert_cdf(_normalised_cdf(raw[1], mass[1]), grid, q) - invert_cdf(_normalised_cdf(raw[0], mass[0]), grid, q)

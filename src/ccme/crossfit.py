@@ -1,5 +1,6 @@
-"""Cross-fitting: fold assignment.
+"""Cross-fitting: fold assignment, the cross-fitted propensity scores, and fitting every fold.
 
+This module owns the sample splitting of :func:`ccme.fit`'s pipeline.
 With ``folds=K`` the rows are shuffled once (by ``seed``) and cut into K
 near-equal parts.  Part k serves once as the second-stage set D1, with the
 nuisances (propensity, first-stage CME) fitted on the other K − 1 parts
@@ -15,7 +16,7 @@ import numpy as np
 
 from .errors import DataError, ParameterError
 
-__all__ = ["Fold", "make_folds"]
+__all__ = ["Fold", "make_folds", "check_fold_arms", "trim_folds", "cross_fit_scores", "cross_fit"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +43,84 @@ def make_folds(n: int, folds: int, rng: np.random.Generator) -> list[Fold]:
         nuisance = np.sort(np.concatenate([p for j, p in enumerate(parts) if j != k]))
         result.append(Fold(k, nuisance, target))
     return result
+
+
+def check_fold_arms(A, fold_list, mode) -> None:
+    """Each fold needs units of both arms in its nuisance part (and, for one-step, its target part)."""
+    for fold in fold_list:
+        for arm in (1, 0):
+            label = "treated" if arm == 1 else "control"
+            in_nuisance = int(np.sum(A[fold.nuisance] == arm))
+            in_target = int(np.sum(A[fold.target] == arm))
+            if mode != "onestep" and in_nuisance < 2:
+                raise DataError(
+                    f"fold {fold.index + 1} leaves {in_nuisance} {label} unit(s) to fit the nuisance models; "
+                    "use fewer folds or more data"
+                )
+            if mode == "onestep" and in_target < 2:
+                raise DataError(
+                    f"fold {fold.index + 1} has {in_target} {label} unit(s) for the one-step regression; "
+                    "use fewer folds or more data"
+                )
+
+
+def trim_folds(fold_list, kept, A, mode, trim) -> list[Fold]:
+    """The folds with the trimmed units removed from their second stage (``fit(trim=)``)."""
+    out = [Fold(f.index, f.nuisance, f.target[kept[f.target]]) for f in fold_list]
+    for fold in out:
+        for arm in (1, 0):
+            count = int(np.sum(A[fold.target] == arm))
+            if count < 2:
+                label = "treated" if arm == 1 else "control"
+                raise DataError(
+                    f"trim={trim:g} leaves {count} {label} unit(s) in the second stage of fold {fold.index + 1} "
+                    f"(scores outside [{trim:g}, {1 - trim:g}] are dropped); use a smaller trim or fewer folds"
+                )
+    check_fold_arms(A, out, mode)
+    return out
+
+
+def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list) -> np.ndarray:
+    """π̂(X_i) for every unit from the propensity model fitted on the folds that leave it out.
+
+    Parameters
+    ----------
+    model : ccme.propensity.PropensityModel
+    Xp : ndarray (n, d)
+        The propensity model's covariates.
+    A : ndarray (n,)
+    fold_list : list of Fold
+
+    Returns
+    -------
+    ndarray (n,)
+        Unclipped scores.
+    """
+    scores = np.empty(len(A))
+    for fold in fold_list:
+        scores[fold.target] = model.fit_predict(Xp[fold.nuisance], A[fold.nuisance], Xp[fold.target], fold.target)
+    return scores
+
+
+def cross_fit(estimator, params, data, fold_list, seeds, prebuilt) -> dict:
+    """Fit every fold and return each arm's :class:`ccme.Embedding` ({1: …, 0: …}).
+
+    The folds are fitted now (for ridge the shared second-stage factor); each
+    arm's fold-arms are built on the arm's first use.  ``prebuilt`` maps
+    (fold index, arm) to fold-arms the tuning already fitted.
+    """
+    from .embedding import Embedding
+
+    fitted = [
+        estimator.fit_fold(params, data=data, fold=fold, seed=int(seed),
+                           prebuilt={arm: est for (k, arm), est in prebuilt.items() if k == fold.index})
+        for fold, seed in zip(fold_list, seeds)
+    ]
+    design = data.design
+    y_kernel = params.kernels["y"]
+    outcome_range = (design.Y.min(axis=0), design.Y.max(axis=0))
+    return {
+        arm: Embedding(lambda arm=arm: [f.arm(arm) for f in fitted], y_kernel, outcome_range=outcome_range,
+                       encode=design.encode_v, arm=arm, n_threads=data.n_threads)
+        for arm in (1, 0)
+    }

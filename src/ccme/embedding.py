@@ -1,17 +1,22 @@
-"""The fitted conditional counterfactual mean embedding of one arm, and its functionals.
+"""``ccme.Embedding``: the fitted conditional counterfactual mean embedding of one arm, and its functionals.
 
-Every estimator represents μ̂_{Y^a|V}(v) as a weighted sum of outcome feature
-maps, Σ_k c_k(v) φ(y_k); with K-fold cross-fitting the arm's embedding is the
-average of the K fold embeddings.  Each functional below is one contraction
-of the weights c(v) with a per-atom feature F(y_k, ·) (see
-:mod:`ccme.estimators`), written once here for every estimator:
+This module owns the functionals.  Every estimator represents μ̂_{Y^a|V}(v)
+as a weighted sum of outcome feature maps, Σ_k c_k(v) φ(y_k); with K-fold
+cross-fitting the arm's embedding is the average of the K fold embeddings.
+Each functional below is one contraction of the weights c(v) with a per-atom
+feature F(y_k, ·) (the fold-arm protocol of :mod:`ccme.estimators.base`),
+written once here for every estimator (as lifelines writes its functionals
+once over a fitted estimate):
 
 - density  p̂(y | v) = ⟨μ̂(v), φ(y)⟩ = Σ_k c_k(v) k_Y(y, y_k), with k_Y
   normalised (paper, Section "Application to Conditional Counterfactual
-  Density Estimation");
+  Density Estimation", eq. emp_density);
 - CDF      F̂(y | v) = Σ_k c_k(v) K_Y(y − y_k), K_Y the kernel's CDF;
 - moments  mass Σ_k c_k(v), mean Σ_k c_k y_k / mass, and variance
-  Σ_k c_k (y_k² + s²) / mass − mean², s² the kernel's variance.
+  Σ_k c_k (y_k² + s²) / mass − mean², s² the kernel's variance;
+- quantiles and intervals by inverting the normalised CDF, the mode by a
+  search over candidate points, samples by kernel herding, and the maximum
+  mean discrepancy between two embeddings exactly from their weights.
 
 The weights of a ridge fit are shrunk (and for DR partly negative), so the
 raw estimate need not be a proper density: ``normalize=True`` clips it at
@@ -27,62 +32,265 @@ import warnings
 
 import numpy as np
 
-from .errors import CcmeWarning, DataError
+from . import _backend
+from .errors import CcmeWarning, DataError, ParameterError
+from .grids import outcome_grid
 from .kernels import Kernel
 
-__all__ = ["ArmEmbedding", "invert_cdf"]
+__all__ = ["Embedding", "invert_cdf", "check_levels"]
+
+#: Points of the grid on which quantiles, intervals and modes are located (d_y = 1).
+FINE_GRID_SIZE = 2001
 
 
-class ArmEmbedding:
-    """μ̂_{Y^a|V} for one arm: the average of its fold embeddings.
+class _Parts:
+    """The fold-arm estimators of one arm, built once on first use (thread-safe).
 
-    Parameters
-    ----------
-    parts : list or callable
-        One fitted estimator per cross-fitting fold (see :mod:`ccme.estimators`),
-        or a function returning that list, called once on first use (under a
-        lock, so that concurrent first uses build it once).
-    y_kernel : Kernel
-        The normalised outcome kernel.
+    Shared by an embedding and the copies :meth:`Embedding.with_readout`
+    makes, so that a neural arm is trained once whichever copy asks first.
     """
 
-    def __init__(self, parts, y_kernel: Kernel, n_threads: int = 0):
-        self._parts = None if callable(parts) else list(parts)
+    __slots__ = ("_parts", "_build", "_lock")
+
+    def __init__(self, parts):
+        self._parts = None if callable(parts) else tuple(parts)
         self._build = parts if callable(parts) else None
         self._lock = threading.Lock()
-        self.y_kernel = y_kernel
-        self.n_threads = n_threads
 
-    @property
-    def parts(self) -> list:
+    def get(self) -> tuple:
         if self._parts is None:
             with self._lock:
                 if self._parts is None:
-                    self._parts = list(self._build())
+                    self._parts = tuple(self._build())
         return self._parts
 
     @property
-    def d_y(self) -> int:
-        return len(self.y_kernel.bandwidth)
+    def built(self) -> bool:
+        return self._parts is not None
 
-    def contract(self, V_eval: np.ndarray, points: np.ndarray, feature: str) -> np.ndarray:
-        """Σ over folds of (1/K) Σ_k c_k(v) F(y_k, point), shape (n_eval, n_features)."""
+
+class Embedding:
+    """μ̂_{Y^a|V} of one arm: the average of its cross-fitting folds' embeddings.
+
+    Obtained from a fit as ``res.embedding(arm)``.  Immutable; the fold
+    estimators are built (a neural arm trained) on first use.
+
+    Parameters
+    ----------
+    parts : sequence or callable
+        One fitted fold-arm estimator per cross-fitting fold (the protocol of
+        :class:`ccme.estimators.base.FoldArm`), or a function returning them,
+        called once on first use.
+    y_kernel : Kernel
+        The normalised outcome kernel with which densities, CDFs and moments
+        are read out.
+    rkhs_kernel : Kernel, optional
+        The outcome kernel of the embedding's RKHS (the one the estimator was
+        fitted with), in which :meth:`mmd` is measured; default ``y_kernel``.
+    outcome_range : (lo, hi), optional
+        The observed outcomes' range per dimension, for default grids.
+    encode : callable, optional
+        ``encode(newdata: DataFrame) -> ndarray`` turning a data frame into V's
+        columns (the fit's formula); without it ``v`` must be an array.
+    arm : optional
+        The arm's label (for reprs and error messages).
+    n_threads : int, default 0
+        Threads of the compiled core (0: OpenMP's default).
+
+    Examples
+    --------
+    >>> import ccme
+    >>> data = ccme.datasets.paper_simulation(400, seed=1)
+    >>> res = ccme.fit("y ~ a | x1 | x2 + x3", data, tune="none", seed=1)
+    >>> emb = res.embedding(1)
+    >>> emb.density([0.0, 1.0], v=data.head(2)).shape
+    (2, 2)
+    """
+
+    __slots__ = ("_parts", "_y_kernel", "_rkhs_kernel", "_range", "_encode", "_arm", "_n_threads")
+
+    def __init__(self, parts, y_kernel: Kernel, *, rkhs_kernel: Kernel | None = None, outcome_range=None,
+                 encode=None, arm=None, n_threads: int = 0):
+        self._parts = parts if isinstance(parts, _Parts) else _Parts(parts)
+        self._y_kernel = y_kernel
+        self._rkhs_kernel = y_kernel if rkhs_kernel is None else rkhs_kernel
+        self._range = None if outcome_range is None else tuple(np.asarray(r, dtype=np.float64) for r in outcome_range)
+        self._encode = encode
+        self._arm = arm
+        self._n_threads = int(n_threads)
+
+    def __setattr__(self, name, value):
+        if hasattr(self, "_n_threads"):  # every slot is set once, in __init__
+            raise AttributeError(f"ccme.Embedding is immutable (cannot set {name!r}); use with_readout()")
+        object.__setattr__(self, name, value)
+
+    # -- what it is ---------------------------------------------------------
+    @property
+    def parts(self) -> tuple:
+        """The fold-arm estimators (built on first access)."""
+        return self._parts.get()
+
+    @property
+    def y_kernel(self) -> Kernel:
+        """The read-out kernel of densities, CDFs and moments."""
+        return self._y_kernel
+
+    @property
+    def rkhs_kernel(self) -> Kernel:
+        """The outcome kernel of the embedding's RKHS (used by :meth:`mmd`)."""
+        return self._rkhs_kernel
+
+    @property
+    def arm(self):
+        return self._arm
+
+    @property
+    def n_threads(self) -> int:
+        return self._n_threads
+
+    @property
+    def d_y(self) -> int:
+        """The outcome's dimension."""
+        return len(self._y_kernel.bandwidth)
+
+    @property
+    def n_folds(self) -> int:
+        return len(self.parts)
+
+    def __repr__(self) -> str:
+        arm = "" if self._arm is None else f"arm {self._arm}, "
+        state = f"{len(self.parts)} folds" if self._parts.built else "not built yet"
+        return f"<ccme.Embedding: {arm}{state}, read out with {self._y_kernel.describe()}>"
+
+    def with_readout(self, y_kernel: Kernel) -> "Embedding":
+        """The same embedding read out with another outcome kernel (the fitted weights are shared).
+
+        Parameters
+        ----------
+        y_kernel : Kernel
+
+        Returns
+        -------
+        Embedding
+        """
+        return Embedding(self._parts, y_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range,
+                         encode=self._encode, arm=self._arm, n_threads=self._n_threads)
+
+    # -- inputs -------------------------------------------------------------
+    def _v(self, v) -> np.ndarray:
+        if v is None:
+            raise ParameterError("`v` is required: the V-points (a DataFrame of V's columns, or an array)")
+        if hasattr(v, "columns"):
+            if self._encode is None:
+                raise ParameterError("this embedding has no formula to encode a DataFrame: pass V as an array")
+            return self._encode(v)
+        values = np.asarray(v, dtype=np.float64)
+        if values.ndim == 1:
+            values = values[None, :]
+        if values.ndim != 2 or not np.all(np.isfinite(values)):
+            raise DataError(f"`v` must be a finite 2-D array of V-points; got shape {np.shape(v)}")
+        return np.ascontiguousarray(values)
+
+    def _y(self, y) -> np.ndarray:
+        d = self.d_y
+        try:
+            values = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise DataError(f"`y` must be numbers; got {type(y).__name__}") from None
+        if values.ndim == 0:
+            values = values.reshape(1, 1)
+        if values.ndim == 1:
+            values = values[:, None] if d == 1 else values[None, :]
+        if values.ndim != 2 or values.shape[1] != d:
+            raise DataError(f"`y` must have {d} column(s) (the outcome's dimension); got shape {np.shape(y)}")
+        if not np.all(np.isfinite(values)):
+            raise DataError("`y` contains missing or infinite values")
+        return np.ascontiguousarray(values)
+
+    def _require_1d(self, what: str) -> None:
+        if self.d_y != 1:
+            raise DataError(
+                f"{what} is defined here for a one-dimensional outcome only (the outcome has {self.d_y} "
+                "dimensions); density, mean, mode and sample work for any dimension"
+            )
+
+    def default_grid(self, size: int = FINE_GRID_SIZE) -> np.ndarray:
+        """An increasing grid over the observed outcomes ± the margin of :mod:`ccme.grids` (d_y = 1).
+
+        Parameters
+        ----------
+        size : int, default 2001
+
+        Returns
+        -------
+        ndarray (size,)
+        """
+        self._require_1d("a default grid")
+        if self._range is None:
+            raise ParameterError("this embedding does not know the outcomes' range: pass a grid")
+        return outcome_grid(np.array([self._range[0][0], self._range[1][0]]), self._y_kernel, size=size)
+
+    # -- the two primitives -------------------------------------------------
+    def contract(self, v, points, feature: str) -> np.ndarray:
+        """Σ over folds of (1/K) Σ_k c_k(v) F(y_k, point), shape (n_v, n_features).
+
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+        points : ndarray (G, d_y)
+        feature : {"density", "cdf", "moments"}
+            F is the normalised kernel, its CDF, or (1, y, y²) ("moments", 1 + 2 d_y columns).
+        """
+        V = self._v(v)
         n_features = 1 + 2 * self.d_y if feature == "moments" else len(points)
-        out = np.zeros((len(V_eval), n_features))
-        scale = 1.0 / len(self.parts)
-        for part in self.parts:
-            part.contract(V_eval, points, feature, self.y_kernel, out, scale, n_threads=self.n_threads)
+        out = np.zeros((len(V), n_features))
+        parts = self.parts
+        scale = 1.0 / len(parts)
+        for part in parts:
+            part.contract(V, points, feature, self._y_kernel, out, scale, n_threads=self._n_threads)
         return out
 
-    def weights(self, V_eval: np.ndarray):
-        """All folds' atoms and weights (already divided by K): (atoms (N, d_y), c (N, n_eval))."""
-        atoms, weights = zip(*(part.weights(V_eval, n_threads=self.n_threads) for part in self.parts))
-        return np.vstack(atoms), np.vstack(weights) / len(self.parts)
+    def weights(self, v):
+        """All folds' atoms and weights (already divided by K).
 
-    # -- functionals -------------------------------------------------------
-    def density(self, V_eval: np.ndarray, y: np.ndarray, normalize: bool = True) -> np.ndarray:
-        """p̂(y | v) on the points ``y`` (G, d_y) for each row of ``V_eval``."""
-        raw = self.contract(V_eval, y, "density")
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+
+        Returns
+        -------
+        atoms : ndarray (N, d_y)
+        weights : ndarray (N, n_v)
+        """
+        V = self._v(v)
+        parts = self.parts
+        atoms, weights = zip(*(part.weights(V, n_threads=self._n_threads) for part in parts))
+        return np.vstack(atoms), np.vstack(weights) / len(parts)
+
+    # -- density, CDF, moments ---------------------------------------------
+    def density(self, y, *, v, normalize: bool = True) -> np.ndarray:
+        """p̂(y | v) at the outcome points ``y`` for each V-point (paper, eq. emp_density).
+
+        Parameters
+        ----------
+        y : array (G,) or (G, d_y)
+            With ``normalize=True`` and d_y = 1 an increasing grid.
+        v : DataFrame or ndarray (n_v, d_v)
+        normalize : bool, default True
+            Clip negative values and rescale each row to integrate to one on
+            the grid (d_y = 1; for d_y > 1 only the clipping).
+
+        Returns
+        -------
+        ndarray (n_v, G)
+
+        Raises
+        ------
+        DataError
+            ``normalize=True`` with a grid that is not increasing.
+        """
+        y = self._y(y)
+        raw = self.contract(v, y, "density")
         if not normalize:
             return raw
         clipped = np.maximum(raw, 0.0)
@@ -100,12 +308,27 @@ class ArmEmbedding:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(empty[:, None], np.nan, clipped / np.where(empty, 1.0, mass)[:, None])
 
-    def cdf(self, V_eval: np.ndarray, y: np.ndarray, normalize: bool = True) -> np.ndarray:
-        """F̂(y | v) = P̂(Y^a ≤ y | V = v), closed form for the Gaussian and Laplace kernels."""
-        raw = self.contract(V_eval, y, "cdf")
+    def cdf(self, y, *, v, normalize: bool = True) -> np.ndarray:
+        """F̂(y | v) = P̂(Y^a ≤ y | V = v), closed form for the Gaussian and Laplace kernels.
+
+        Parameters
+        ----------
+        y : array (G,) or (G, d_y)
+        v : DataFrame or ndarray (n_v, d_v)
+        normalize : bool, default True
+            Rescale to unit mass, clip to [0, 1] and (d_y = 1) take the running
+            maximum along increasing y, so the result is a CDF.
+
+        Returns
+        -------
+        ndarray (n_v, G)
+        """
+        y = self._y(y)
+        V = self._v(v)
+        raw = self.contract(V, y, "cdf")
         if not normalize:
             return raw
-        mass = self.moments(V_eval)[0]
+        mass = self.mass(v=V)
         with np.errstate(invalid="ignore", divide="ignore"):
             scaled = np.clip(raw / mass[:, None], 0.0, 1.0)
         if self.d_y == 1:
@@ -117,15 +340,36 @@ class ArmEmbedding:
             scaled[:, order] = monotone
         return scaled
 
-    def moments(self, V_eval: np.ndarray):
-        """(mass (n,), mean (n, d_y), variance (n, d_y)) of the estimated distribution."""
+    def _raw_moments(self, v):
         d = self.d_y
-        raw = self.contract(V_eval, np.zeros((0, d)), "moments")
+        raw = self.contract(v, np.zeros((0, d)), "moments")
         mass = raw[:, 0]
         bad = _warn_no_mass(mass, "distribution", "or a very large penalty", "their moments are NaN")
-        mass = np.where(bad, np.nan, mass)
+        return np.where(bad, np.nan, mass), raw
+
+    def mass(self, *, v) -> np.ndarray:
+        """Σ_k c_k(v), the estimate's total mass at each V-point (NaN where not positive), shape (n_v,)."""
+        return self._raw_moments(v)[0]
+
+    def moments(self, *, v):
+        """Mass, mean and variance of the estimated distribution at each V-point.
+
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+
+        Returns
+        -------
+        mass : ndarray (n_v,)
+        mean, variance : ndarray (n_v, d_y)
+            Of the signed measure rescaled to unit mass; the variance includes
+            the kernel's own variance s² and is NaN (with a warning) where the
+            signed weights make it negative.
+        """
+        d = self.d_y
+        mass, raw = self._raw_moments(v)
         mean = raw[:, 1 : 1 + d] / mass[:, None]
-        second = raw[:, 1 + d :] / mass[:, None] + self.y_kernel.variance()[None, :]
+        second = raw[:, 1 + d :] / mass[:, None] + self._y_kernel.variance()[None, :]
         var = second - mean**2
         negative = var < 0
         if negative.any():
@@ -140,41 +384,72 @@ class ArmEmbedding:
             var = np.where(negative, np.nan, var)
         return mass, mean, var
 
-    # -- functionals beyond the moments (issue "beyond the density") --------
-    def _require_1d(self, what: str) -> None:
-        if self.d_y != 1:
-            raise DataError(
-                f"{what} is defined here for a one-dimensional outcome only (the outcome has {self.d_y} "
-                "dimensions); density, mean, mode and sample work for any dimension"
-            )
+    def mean(self, *, v) -> np.ndarray:
+        """E[Y^a | V = v] estimated as Σ_k c_k(v) y_k / Σ_k c_k(v), shape (n_v, d_y)."""
+        d = self.d_y
+        mass, raw = self._raw_moments(v)
+        return raw[:, 1 : 1 + d] / mass[:, None]
 
-    def quantile(self, V_eval: np.ndarray, q: np.ndarray, grid: np.ndarray) -> np.ndarray:
-        """Quantiles of the estimated distribution, shape (n_eval, len(q)); d_y = 1.
+    # -- quantiles, mode, samples -------------------------------------------
+    def quantile(self, q, *, v, grid=None) -> np.ndarray:
+        """Quantiles of the estimated distribution, shape (n_v, len(q)); d_y = 1.
 
         Inverts the normalised CDF of :meth:`cdf` (unit mass, clipped to
         [0, 1], made non-decreasing by its running maximum, so the inverse
         exists even where the signed ridge weights make the raw estimate
         dip): Q(q) = inf{y : F̂(y) ≥ q}, located on the increasing ``grid`` and
         interpolated linearly between the two bracketing grid points (error at
-        most one grid step).  Levels below F̂(grid[0]) or above F̂(grid[-1])
-        give the grid's end points, so the grid should cover the data with a
-        margin.
+        most one grid step).
+
+        Parameters
+        ----------
+        q : float or sequence of floats in (0, 1)
+        v : DataFrame or ndarray (n_v, d_v)
+        grid : ndarray (G,), optional
+            Default :meth:`default_grid` (2001 points).
+
+        Returns
+        -------
+        ndarray (n_v, len(q))
         """
         self._require_1d("the quantile")
-        return invert_cdf(self.cdf(V_eval, grid[:, None], normalize=True), grid, q)
+        levels = check_levels(q, "q")
+        grid = self.default_grid() if grid is None else np.asarray(grid, dtype=np.float64)
+        return invert_cdf(self.cdf(grid[:, None], v=v, normalize=True), grid, levels)
 
-    def mode(self, V_eval: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-        """The candidate point of highest estimated density for each V-point, shape (n_eval, d_y).
+    def interval(self, level: float = 0.9, *, v, grid=None) -> np.ndarray:
+        """Central interval holding ``level`` of the estimated distribution: the (1 ∓ level)/2 quantiles.
 
-        With the candidates a fine grid (d_y = 1) this is a grid search for the
-        mode of p̂(· | v); with observed outcomes as candidates it is the
-        empirical mode of the paper's image experiment.
+        Parameters
+        ----------
+        level : float, default 0.9
+        v : DataFrame or ndarray (n_v, d_v)
+        grid : ndarray, optional
+
+        Returns
+        -------
+        ndarray (n_v, 2)
         """
-        raw = self.contract(V_eval, candidates, "density")
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+            raise ParameterError(f"`level` must be a number in (0, 1); got {level!r}")
+        return self.quantile([(1 - level) / 2, (1 + level) / 2], v=v, grid=grid)
+
+    def mode(self, *, v, candidates=None) -> np.ndarray:
+        """The candidate point of highest estimated density for each V-point, shape (n_v, d_y).
+
+        With the candidates a fine grid (d_y = 1; the default) this is a grid
+        search for the mode of p̂(· | v); with observed outcomes as candidates
+        it is the empirical mode of the paper's image experiment.
+        """
+        if candidates is None:
+            candidates = self.default_grid()[:, None]
+        else:
+            candidates = self._y(candidates)
+        raw = self.contract(v, candidates, "density")
         return candidates[np.argmax(raw, axis=1)]
 
-    def sample(self, V_eval: np.ndarray, size: int, rng: np.random.Generator, n_candidates: int | None = None):
-        """``size`` points per V-point by kernel herding, shape (n_eval, size, d_y).
+    def sample(self, size: int, *, v, seed=None, n_candidates: int | None = None) -> np.ndarray:
+        """``size`` points per V-point by kernel herding, shape (n_v, size, d_y).
 
         Kernel herding (Chen, Welling & Smola, 2010) picks, one at a time,
         x_{t+1} = argmax_x ⟨μ̃, φ(x)⟩ − (1/(t+1)) Σ_{s≤t} k(x, x_s), with μ̃ the
@@ -184,34 +459,95 @@ class ArmEmbedding:
         ridge/DR weights act through the target (a region the signed embedding
         down-weights is visited less) instead of being clipped away as in
         sampling from a clipped density.  The maximum runs over candidate
-        points drawn (with ``rng``) from the mixture Σ_k |c_k| N(y_k, s²)/Σ|c_k|,
+        points drawn (with ``seed``) from the mixture Σ_k |c_k| N(y_k, s²)/Σ|c_k|,
         s² the kernel's variance per dimension, which covers the support of
         both signs of the weights.  Herded points are a deterministic,
         low-discrepancy summary given the candidates, not independent draws.
-        """
-        atoms, weights = self.weights(V_eval)
-        bw = self.y_kernel.bandwidth_array
-        scale = np.sqrt(self.y_kernel.variance())
-        m = n_candidates if n_candidates is not None else max(2000, 20 * size)
-        out = np.empty((len(V_eval), size, self.d_y))
-        from . import _backend
 
-        for e in range(len(V_eval)):
+        Parameters
+        ----------
+        size : int
+        v : DataFrame or ndarray (n_v, d_v)
+        seed : int, Generator or None
+        n_candidates : int, optional
+            Default max(2000, 20 size).
+
+        Returns
+        -------
+        ndarray (n_v, size, d_y)
+        """
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ParameterError(f"`size` must be a positive integer; got {size!r}")
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        V = self._v(v)
+        atoms, weights = self.weights(V)
+        bw = self._y_kernel.bandwidth_array
+        scale = np.sqrt(self._y_kernel.variance())
+        m = n_candidates if n_candidates is not None else max(2000, 20 * size)
+        out = np.empty((len(V), size, self.d_y))
+        for e in range(len(V)):
             c = weights[:, e]
             if not c.sum() > 0:  # no positive mass: nothing to sample from
                 out[e] = np.nan
                 continue
             p = np.abs(c) / np.abs(c).sum()
             cand = atoms[rng.choice(len(atoms), size=m, p=p)] + rng.standard_normal((m, self.d_y)) * scale
-            target = self.contract(V_eval[e : e + 1], cand, "density")[0] / c.sum()
+            target = self.contract(V[e : e + 1], cand, "density")[0] / c.sum()
             pulled = np.zeros(m)  # Σ_{s≤t} k(x, x_s) over the candidates
             for t in range(size):
                 j = int(np.argmax(target - pulled / (t + 1)))
                 out[e, t] = cand[j]
                 # one column per step: a single thread avoids the parallel start-up cost on tiny work
-                column = _backend.gram(cand, cand[j : j + 1], self.y_kernel.name, bw, normalized=True, n_threads=1)
+                column = _backend.gram(cand, cand[j : j + 1], self._y_kernel.name, bw, normalized=True, n_threads=1)
                 pulled += column[:, 0]
         return out
+
+    # -- comparisons --------------------------------------------------------
+    def mmd_squared(self, other: "Embedding", *, v) -> np.ndarray:
+        """Squared maximum mean discrepancy ‖μ̂(v) − μ̂'(v)‖² in the RKHS of :attr:`rkhs_kernel`, shape (n_v,).
+
+        Exact from the weights and atoms: with Z the atoms of both and
+        W = [c; −c'], MMD² = Wᵀ k(Z, Z) W, in the compiled core (tile by tile,
+        never forming k(Z, Z)), after merging equal atoms.  The distance
+        between the raw embeddings (no rescaling to unit mass).
+        """
+        V = self._v(v)
+        atoms1, c1 = self.weights(V)
+        atoms0, c0 = other.weights(V)
+        atoms, W = _merged(np.vstack([atoms1, atoms0]), np.vstack([c1, -c0]))
+        kernel = self._rkhs_kernel
+        q = _backend.kernel_quadratic_forms(atoms, W, kernel.name, kernel.bandwidth_array, normalized=True,
+                                            n_threads=self._n_threads)
+        # Rounding can leave a tiny negative value when the embeddings coincide.
+        return np.maximum(q, 0.0)
+
+    def mmd(self, other: "Embedding", *, v) -> np.ndarray:
+        """Maximum mean discrepancy ‖μ̂(v) − μ̂'(v)‖ (the square root of :meth:`mmd_squared`), shape (n_v,)."""
+        return np.sqrt(self.mmd_squared(other, v=v))
+
+
+def _merged(atoms: np.ndarray, weights: np.ndarray):
+    """Equal atoms merged (their weights summed): the same embedding over fewer atoms.
+
+    The arms of a cross-fitted ridge fit share their second-stage outcomes,
+    and the first-stage atoms of one fold are second-stage atoms of another,
+    so merging shrinks the quadratic form about threefold.
+    """
+    unique, inverse = np.unique(atoms, axis=0, return_inverse=True)
+    merged = np.zeros((len(unique), weights.shape[1]))
+    np.add.at(merged, inverse.reshape(-1), weights)
+    return np.ascontiguousarray(unique), merged
+
+
+def check_levels(q, name: str) -> np.ndarray:
+    """``q`` as a 1-D float array of levels in (0, 1), else a ParameterError naming ``name``."""
+    try:
+        levels = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    except (TypeError, ValueError):
+        raise ParameterError(f"`{name}` must be numbers in (0, 1); got {q!r}") from None
+    if levels.ndim != 1 or not np.all((levels > 0) & (levels < 1)):
+        raise ParameterError(f"`{name}` must be numbers in (0, 1); got {q!r}")
+    return levels
 
 
 def invert_cdf(F: np.ndarray, grid: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -1,73 +1,120 @@
-"""The fitted result: conditional counterfactual distributions of both arms."""
+"""``ccme.CCMEResult``: the frozen record of a fit, whose functionals delegate to the arms' embeddings.
+
+This module owns the result object.  It holds what :func:`ccme.fit` did —
+the call, the design, the folds, the propensity diagnostics, the
+hyperparameters as used, the tuning report — and one :class:`ccme.Embedding`
+per arm.  Every functional (density, CDF, moments, quantiles, samples, the
+MMD) is written once on the embedding and reached here by a one-line
+delegation that encodes ``newdata`` and picks the arm.
+
+``newdata`` means the same thing in every method: a DataFrame with the
+columns V is built from, and ``None`` the training data's rows (as R's
+``predict``).  Methods that summarise at a few V-points (``summary``,
+``tidy``, ``effect``, ``bands``, the plots) default to ``newdata="profiles"``,
+V at its quartiles (:meth:`CCMEResult.profiles`).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
 
+from .embedding import Embedding, check_levels
 from .errors import DataError, ParameterError
+from .grids import outcome_grid
 
 __all__ = ["CCMEResult"]
 
 _ARMS = (1, 0)
+#: ``newdata`` default of the methods that summarise at the V-profiles.
+PROFILES = "profiles"
 
 
+@dataclass(frozen=True, repr=False, eq=False)
 class CCMEResult:
     """Estimated conditional counterfactual distributions p(Y¹ | V) and p(Y⁰ | V).
 
-    Returned by :func:`ccme.fit`; holds, for each arm, the fitted embedding
-    μ̂_{Y^a|V} (the average of the cross-fitting folds' estimates) and every
-    choice that produced it.  The functionals take ``newdata`` (a DataFrame
-    with the columns V is built from; ``None`` means the training data) and
-    ``arm`` (1: treated, 0: control).
+    Returned by :func:`ccme.fit`; immutable.  Holds, for each arm, the
+    fitted embedding μ̂_{Y^a|V} (:meth:`embedding`, the average of the
+    cross-fitting folds' estimates) and every choice that produced it.  The
+    functionals take ``newdata`` (a DataFrame with the columns V is built
+    from; ``None``: the training data) and ``arm`` (1 or 0, ``True``/``False``,
+    or the treatment column's level labels).
 
     Attributes
     ----------
+    call : str
+    design : ccme.formula.Design
     method, mode : str
+    folds : tuple of ccme.crossfit.Fold
     seed : int
         The seed used (drawn when ``fit`` got ``seed=None``).
-    options : dict
+    estimator : ccme.estimators.base.Estimator
+    options : Mapping
         The hyperparameters as given (defaults filled in, rules unresolved).
-    hyperparameters : dict
-        The hyperparameters as used (rules such as the median heuristic resolved).
-    kernels : dict
-        ``"x"``, ``"v"``, ``"y"`` → :class:`ccme.kernels.Kernel` as used
-        (``"y"``, the outcome kernel, for every method).
-    penalties : dict
-        ``"lam0"``, ``"lam1"`` → {arm: λ} in the paper's convention K + nλI
-        (for the methods that have them).
+    params : ccme.estimators.base.Parameters
+        The hyperparameters as used (rules resolved, tuned values in place).
+    propensity : str
+        The propensity model's name.
+    propensity_columns, outcome_columns : tuple of str
+        X's columns used by the propensity and first-stage outcome models.
     overlap : ccme.propensity.Overlap
         Cross-fitted propensity scores and their diagnostics.
-    timing : dict
+    timing : Mapping
         Seconds spent in each step of the fit.
+    clip : float
     tuning : ccme.tuning.TuningReport
         What the automatic tuning chose, its criterion curves and its time.
     """
 
-    def __init__(self, *, call, design, method, mode, folds, seed, estimator, options, prepared, propensity,
-                 propensity_columns, outcome_columns, overlap, embeddings, timing, clip, tuning=None):
-        self.call = call
-        self.design = design
-        self.formula = design.formula
-        self.method = method
-        self.mode = mode
-        self.folds = folds
-        self.seed = seed
-        self.estimator = estimator
-        self.options = options
-        self.hyperparameters = prepared
-        self.kernels = prepared["kernels"]
-        self.penalties = {k: prepared[k] for k in ("lam0", "lam1") if k in prepared}
-        self.propensity = propensity
-        self.propensity_columns = propensity_columns
-        self.outcome_columns = outcome_columns
-        self.overlap = overlap
-        self.timing = timing
-        self.clip = clip
-        self._embeddings = embeddings
-        self.tuning = tuning
+    call: str
+    design: object
+    method: str
+    mode: str
+    folds: tuple
+    seed: int
+    estimator: object
+    options: Mapping
+    params: object
+    propensity: str
+    propensity_columns: tuple
+    outcome_columns: tuple
+    overlap: object
+    embeddings: Mapping = field(repr=False)
+    timing: Mapping
+    clip: float
+    tuning: object = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        object.__setattr__(self, "timing", MappingProxyType(dict(self.timing)))
+        object.__setattr__(self, "embeddings", MappingProxyType(dict(self.embeddings)))
+        object.__setattr__(self, "folds", tuple(self.folds))
 
     # -- basic facts --------------------------------------------------------
+    @property
+    def formula(self):
+        return self.design.formula
+
+    @property
+    def hyperparameters(self):
+        """The hyperparameters as used (alias of :attr:`params`)."""
+        return self.params
+
+    @property
+    def kernels(self) -> Mapping:
+        """``"x"``, ``"v"``, ``"y"`` → :class:`ccme.kernels.Kernel` as fitted (``"y"`` for every method)."""
+        return self.params.kernels
+
+    @property
+    def penalties(self) -> dict:
+        """``"lam0"``, ``"lam1"`` → {arm: λ} (K + nλI), for the methods that have them."""
+        return {k: dict(self.params[k]) for k in ("lam0", "lam1") if k in self.params}
+
     @property
     def n(self) -> int:
         return self.design.n
@@ -93,53 +140,96 @@ class CCMEResult:
             f"n={self.n} ({n1} treated, {n0} control), V = ({v})>"
         )
 
-    # -- inputs -------------------------------------------------------------
-    def _embedding(self, arm):
+    # -- the embeddings -----------------------------------------------------
+    def arm_index(self, arm) -> int:
+        """1 or 0 for ``arm`` given as 1/0, a boolean, or one of the treatment column's level labels.
+
+        Raises
+        ------
+        ParameterError
+            For anything else.
+        """
         if isinstance(arm, (bool, np.bool_)):
-            arm = int(arm)
-        if arm not in _ARMS:
-            raise ParameterError(f"`arm` must be 1 (treated) or 0 (control); got {arm!r}")
-        return self._embeddings[int(arm)]
+            return int(arm)
+        if isinstance(arm, (int, np.integer)) and int(arm) in _ARMS:
+            return int(arm)
+        treatment = self.design.treatment
+        for label, index in ((treatment.level, 1), (treatment.control_level, 0)):
+            if arm == label and type(arm) is type(label):
+                return index
+        raise ParameterError(
+            f"`arm` must be 1 (treated) or 0 (control), or a level of {treatment.column!r} "
+            f"({treatment.level!r} or {treatment.control_level!r}); got {arm!r}"
+        )
+
+    def embedding(self, arm=1) -> Embedding:
+        """The fitted embedding μ̂_{Y^a|V} of arm ``arm`` (:class:`ccme.Embedding`).
+
+        Parameters
+        ----------
+        arm : 1, 0, bool or a treatment level, default 1
+
+        Returns
+        -------
+        Embedding
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.embedding(1).mean(v=ccme.datasets.paper_simulation(2, seed=2)).shape
+        (2, 1)
+        """
+        return self.embeddings[self.arm_index(arm)]
 
     def outcome_kernel(self, arm=1):
         """The (normalised) outcome kernel with which arm ``arm``'s density, CDF and moments are read out."""
-        return self._embedding(arm).y_kernel
+        return self.embedding(arm).y_kernel
 
+    # -- inputs -------------------------------------------------------------
     def _v(self, newdata) -> np.ndarray:
         if newdata is None:
             return self.design.V
+        if isinstance(newdata, str) and newdata == PROFILES:
+            newdata = self.profiles()
         return self.design.encode_v(newdata)
 
-    def _y(self, y) -> np.ndarray:
-        d = self.design.Y.shape[1]
-        values = np.asarray(y, dtype=np.float64)
-        if values.ndim == 0:
-            values = values.reshape(1, 1)
-        if values.ndim == 1:
-            values = values[:, None] if d == 1 else values[None, :]
-        if values.ndim != 2 or values.shape[1] != d:
-            raise DataError(f"`y` must have {d} column(s) (the outcome's dimension); got shape {np.shape(y)}")
-        if not np.all(np.isfinite(values)):
-            raise DataError("`y` contains missing or infinite values")
-        return np.ascontiguousarray(values)
+    def _frame(self, newdata):
+        """``newdata`` with the profiles resolved, and the row labels it gives the V-points."""
+        if isinstance(newdata, str) and newdata == PROFILES:
+            newdata = self.profiles()
+        if newdata is None:
+            return None, list(range(self.n))
+        if isinstance(newdata, dict):
+            newdata = pd.DataFrame(newdata)
+        return newdata, list(getattr(newdata, "index", range(len(newdata))))
 
     def _squeeze(self, values: np.ndarray) -> np.ndarray:
         return values[:, 0] if values.shape[1] == 1 else values
 
+    def fine_grid(self, size: int = 2001) -> np.ndarray:
+        """The grid on which quantiles, modes and distances are located: the data ± the margin of :mod:`ccme.grids`.
+
+        Its scale is the wider of the two arms' read-out kernels, so both arms
+        are compared on one grid (d_y = 1).
+        """
+        return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
+
     # -- functionals --------------------------------------------------------
-    def density(self, y, newdata=None, arm=1, normalize: bool = True) -> np.ndarray:
+    def density(self, y, *, newdata=None, arm=1, normalize: bool = True) -> np.ndarray:
         """Estimated conditional counterfactual density p̂(y | V = v) of arm ``arm``.
 
-        Implements eq. (emp_density) of the paper (Section "Inference with
-        Ridge Regression Estimator") with the normalised outcome kernel.
+        Implements eq. (emp_density) of the paper with the normalised outcome
+        kernel (:meth:`ccme.Embedding.density`).
 
         Parameters
         ----------
         y : array (G,) or (G, d_y)
             Outcome values; with ``normalize=True`` and d_y = 1 an increasing grid.
         newdata : DataFrame, optional
-            Rows at which to condition (the columns V is built from).
-        arm : {1, 0}
+            Rows at which to condition (the columns V is built from); default
+            the training data.
+        arm : 1, 0, bool or a treatment level, default 1
         normalize : bool, default True
             Clip negative values and rescale each row to integrate to one on
             the grid (d_y = 1; for d_y > 1 only the clipping).
@@ -147,154 +237,163 @@ class CCMEResult:
         Returns
         -------
         ndarray (n_newdata, G)
+
+        Raises
+        ------
+        DataError
+            ``y`` of the wrong shape or not finite, ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme, numpy as np
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.density(np.linspace(-5, 10, 50), newdata=ccme.datasets.PAPER_PROFILES, arm=1).shape
+        (2, 50)
         """
-        return self._embedding(arm).density(self._v(newdata), self._y(y), normalize)
+        return self.embedding(arm).density(y, v=self._v(newdata), normalize=normalize)
 
-    def cdf(self, y, newdata=None, arm=1, normalize: bool = True) -> np.ndarray:
-        """Estimated conditional CDF P̂(Y^a ≤ y | V = v), shape (n_newdata, G).
+    def cdf(self, y, *, newdata=None, arm=1, normalize: bool = True) -> np.ndarray:
+        """Estimated conditional CDF P̂(Y^a ≤ y | V = v), shape (n_newdata, G) (:meth:`ccme.Embedding.cdf`).
 
-        Closed form: Σ_k c_k(v) Φ((y − y_k)/σ) for the Gaussian outcome kernel
-        (the Laplace kernel's CDF for it).  ``normalize=True`` rescales to unit
-        mass, clips to [0, 1] and makes it non-decreasing in y (d_y = 1).
+        Parameters
+        ----------
+        y : array (G,) or (G, d_y)
+        newdata : DataFrame, optional
+            Default the training data.
+        arm : 1, 0, bool or a treatment level, default 1
+        normalize : bool, default True
+            Rescale to unit mass, clip to [0, 1], make non-decreasing in y (d_y = 1).
+
+        Returns
+        -------
+        ndarray (n_newdata, G)
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.cdf([0.0, 5.0], newdata=ccme.datasets.PAPER_PROFILES).shape
+        (2, 2)
         """
-        return self._embedding(arm).cdf(self._v(newdata), self._y(y), normalize)
+        return self.embedding(arm).cdf(y, v=self._v(newdata), normalize=normalize)
 
-    def mean(self, newdata=None, arm=1) -> np.ndarray:
-        """Estimated E[Y^a | V = v]: Σ_k c_k(v) y_k / Σ_k c_k(v).  Shape (n,) or (n, d_y)."""
-        _, mean, _ = self._embedding(arm).moments(self._v(newdata))
-        return self._squeeze(mean)
-
-    def var(self, newdata=None, arm=1) -> np.ndarray:
-        """Variance of the estimated (kernel-smoothed) distribution of Y^a given V = v."""
-        _, _, var = self._embedding(arm).moments(self._v(newdata))
-        return self._squeeze(var)
-
-    def sd(self, newdata=None, arm=1) -> np.ndarray:
-        """Standard deviation of the estimated distribution of Y^a given V = v."""
-        return np.sqrt(self.var(newdata, arm))
-
-    # -- profiles, tables, summary, plots ----------------------------------
-    def profiles(self, quantiles=(0.25, 0.5, 0.75)) -> pd.DataFrame:
-        """V-profiles at quantiles of the data: numeric columns at each quantile, others at their mode."""
-        return self.design.profiles(quantiles)
-
-    def tidy(self, newdata=None) -> pd.DataFrame:
-        """One row per (profile, arm): estimated mean and standard deviation of Y^a | V = v."""
-        if newdata is None:
-            newdata = self.profiles()
-        V = self._v(newdata)
-        index = list(getattr(newdata, "index", range(len(V))))
-        rows = []
-        for arm in _ARMS:
-            _, mean, var = self._embedding(arm).moments(V)
-            for i, label in enumerate(index):
-                for j, name in enumerate(self.design.y_names):
-                    rows.append(
-                        {"profile": label, "arm": arm, "outcome": name, "mean": mean[i, j], "sd": np.sqrt(var[i, j])}
-                    )
-        return pd.DataFrame(rows)
-
-    def summary(self, newdata=None, n_boot: int = 0):
-        """An R-style summary (a printable object; it prints nothing by itself).
-
-        Its effects section gives, at each profile, the difference of means and
-        the MMD between the arms; ``n_boot > 0`` adds the p-value of
-        :meth:`test_effect` with that many bootstrap draws (off by default: the
-        bootstrap costs seconds at large n).
-        """
-        from .summary import Summary
-
-        return Summary.from_result(self, newdata, n_boot=n_boot)
-
-    def default_grid(self, size: int = 400) -> np.ndarray:
-        """An outcome grid covering the data with a margin of three outcome bandwidths (d_y = 1)."""
-        if self.design.Y.shape[1] != 1:
-            raise DataError("a default grid exists only for a one-dimensional outcome; pass `y`")
-        sigma = self.kernels["y"].bandwidth_array[0]
-        lo, hi = self.design.Y.min() - 3 * sigma, self.design.Y.max() + 3 * sigma
-        return np.linspace(lo, hi, size)
-
-    def plot(self, newdata=None, arm="both", y=None, ax=None, truth=None, bands=False, level=0.9, n_boot=299,
-             **kwargs):
-        """Estimated densities of Y¹ and/or Y⁰ at each V-profile; returns the Axes.
+    def mean(self, *, newdata=None, arm=1) -> np.ndarray:
+        """Estimated E[Y^a | V = v]: Σ_k c_k(v) y_k / Σ_k c_k(v).
 
         Parameters
         ----------
         newdata : DataFrame, optional
-            Profiles to draw (default: V at its 25%, 50% and 75% quantiles).
-        arm : {"both", 1, 0}
-        y : array, optional
-            Outcome grid (default :meth:`default_grid`).
-        ax : matplotlib Axes, optional
-        truth : callable, optional
-            ``truth(y, profile_row: DataFrame, arm) -> density`` drawn dotted.
-        bands : bool, default False
-            Shade the simultaneous ``level`` bootstrap band of the smoothed
-            density (:meth:`bands`, method="ridge").
-        **kwargs
-            Passed to ``Axes.plot`` for the estimates.
+            Default the training data.
+        arm : 1, 0, bool or a treatment level, default 1
+
+        Returns
+        -------
+        ndarray (n_newdata,) or (n_newdata, d_y)
         """
-        from .plotting import plot_densities
+        return self._squeeze(self.embedding(arm).mean(v=self._v(newdata)))
 
-        return plot_densities(self, newdata=newdata, arm=arm, y=y, ax=ax, truth=truth, bands=bands, level=level,
-                              n_boot=n_boot, **kwargs)
+    def var(self, *, newdata=None, arm=1) -> np.ndarray:
+        """Variance of the estimated (kernel-smoothed) distribution of Y^a given V = v.
 
-    # -- beyond the density: functionals, effects, uncertainty (issue 6) ---
-    def quantile(self, q, newdata=None, arm=1) -> np.ndarray:
+        Parameters
+        ----------
+        newdata : DataFrame, optional
+            Default the training data.
+        arm : 1, 0, bool or a treatment level, default 1
+
+        Returns
+        -------
+        ndarray (n_newdata,) or (n_newdata, d_y)
+            NaN, with a warning, where the signed weights make it negative.
+        """
+        _, _, var = self.embedding(arm).moments(v=self._v(newdata))
+        return self._squeeze(var)
+
+    def sd(self, *, newdata=None, arm=1) -> np.ndarray:
+        """Standard deviation of the estimated distribution of Y^a given V = v (the root of :meth:`var`)."""
+        return np.sqrt(self.var(newdata=newdata, arm=arm))
+
+    def quantile(self, q, *, newdata=None, arm=1) -> np.ndarray:
         """Quantiles of the estimated distribution of Y^a | V = v (d_y = 1).
 
         Inverts the normalised CDF (unit mass, clipped to [0, 1], made
         non-decreasing), so the result is monotone in ``q`` even where the raw
-        estimate is not; located on a 2001-point grid over the data ± 6 outcome
-        bandwidths and interpolated linearly (error at most one grid step).
+        estimate is not; located on :meth:`fine_grid` (2001 points) and
+        interpolated linearly (error at most one grid step).
 
         Parameters
         ----------
         q : float or array of floats in (0, 1)
         newdata : DataFrame, optional
-        arm : {1, 0}
+            Default the training data.
+        arm : 1, 0, bool or a treatment level, default 1
 
         Returns
         -------
         ndarray (n_newdata, len(q)), or (n_newdata,) for a scalar ``q``
-        """
-        from .effects import fine_grid
 
-        levels = _levels(q, "q")
-        emb = self._embedding(arm)
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.quantile([0.1, 0.9], newdata=ccme.datasets.PAPER_PROFILES).shape
+        (2, 2)
+        """
+        levels = check_levels(q, "q")
+        emb = self.embedding(arm)
         emb._require_1d("the quantile")
-        out = emb.quantile(self._v(newdata), levels, fine_grid(self))
+        out = emb.quantile(levels, v=self._v(newdata), grid=self.fine_grid())
         return out[:, 0] if np.ndim(q) == 0 else out
 
-    def interval(self, level=0.9, newdata=None, arm=1) -> np.ndarray:
-        """Central prediction interval of Y^a | V = v: the (1 ∓ level)/2 quantiles, shape (n_newdata, 2)."""
+    def interval(self, level=0.9, *, newdata=None, arm=1) -> np.ndarray:
+        """Central prediction interval of Y^a | V = v: the (1 ∓ level)/2 quantiles, shape (n_newdata, 2).
+
+        Parameters
+        ----------
+        level : float in (0, 1), default 0.9
+        newdata : DataFrame, optional
+            Default the training data.
+        arm : 1, 0, bool or a treatment level, default 1
+        """
         if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
             raise ParameterError(f"`level` must be a number in (0, 1); got {level!r}")
-        return self.quantile([(1 - level) / 2, (1 + level) / 2], newdata, arm)
+        return self.quantile([(1 - level) / 2, (1 + level) / 2], newdata=newdata, arm=arm)
 
-    def density_mode(self, newdata=None, arm=1, candidates=None) -> np.ndarray:
-        """The most likely outcome under the estimated p̂(y | V = v) (the mode; ``res.mode`` is the estimator's mode).
+    def density_mode(self, *, newdata=None, arm=1, candidates=None) -> np.ndarray:
+        """The most likely outcome under p̂(y | V = v) (``res.mode`` is the estimator's mode string).
 
-        ``candidates=None``: for d_y = 1 a grid search on 2001 points over the
-        data ± 6 bandwidths; for d_y > 1 the observed outcomes (the empirical
-        mode of the paper's image experiment).  Otherwise the candidate with
-        the highest estimated density.  Shape (n_newdata,) or (n_newdata, d_y).
+        Parameters
+        ----------
+        newdata : DataFrame, optional
+            Default the training data.
+        arm : 1, 0, bool or a treatment level, default 1
+        candidates : array, optional
+            Default: for d_y = 1 :meth:`fine_grid`; for d_y > 1 the observed
+            outcomes (the empirical mode of the paper's image experiment).
+
+        Returns
+        -------
+        ndarray (n_newdata,) or (n_newdata, d_y)
         """
-        from .effects import fine_grid
-
         if candidates is None:
-            d = self.design.Y.shape[1]
-            candidates = fine_grid(self)[:, None] if d == 1 else np.ascontiguousarray(self.design.Y)
-        else:
-            candidates = self._y(candidates)
-        return self._squeeze(self._embedding(arm).mode(self._v(newdata), candidates))
+            candidates = self.fine_grid()[:, None] if self.design.Y.shape[1] == 1 else self.design.Y
+        return self._squeeze(self.embedding(arm).mode(v=self._v(newdata), candidates=candidates))
 
-    def sample(self, n, newdata=None, arm=1, seed=None) -> np.ndarray:
+    def sample(self, n, *, newdata=None, arm=1, seed=None) -> np.ndarray:
         """``n`` points representing p̂(y | V = v) for each row of ``newdata``, by kernel herding.
 
-        See :meth:`ccme.embedding.ArmEmbedding.sample` for the scheme (it
-        respects the signed weights; the points are a deterministic summary
-        given the candidates drawn with ``seed``, not independent draws).
+        See :meth:`ccme.Embedding.sample` (it respects the signed weights; the
+        points are a deterministic summary given the candidates drawn with
+        ``seed``, not independent draws).
+
+        Parameters
+        ----------
+        n : int
+        newdata : DataFrame, optional
+            Default the training data.
+        arm : 1, 0, bool or a treatment level, default 1
+        seed : int, optional
+            Default the fit's seed.
 
         Returns
         -------
@@ -302,59 +401,160 @@ class CCMEResult:
         """
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ParameterError(f"`n` must be a positive integer; got {n!r}")
-        rng = np.random.default_rng(self.seed if seed is None else seed)
-        out = self._embedding(arm).sample(self._v(newdata), int(n), rng)
+        out = self.embedding(arm).sample(int(n), v=self._v(newdata), seed=self.seed if seed is None else seed)
         return out[:, :, 0] if out.shape[2] == 1 else out
 
-    def effect(self, newdata=None, q=None) -> pd.DataFrame:
-        """Distributional treatment effects at each V-point (see :mod:`ccme.effects`).
-
-        Columns: ``mean Y1``, ``mean Y0``, ``mean diff`` (the CATE implied by the
-        two distributions), ``qte <q>`` (quantile treatment effects at ``q``,
-        default 0.1, 0.25, 0.5, 0.75, 0.9), ``mmd`` (‖μ̂₁(v) − μ̂₀(v)‖ in the
-        normalised outcome kernel's RKHS, exact, from the compiled core),
-        ``kolmogorov`` and ``wasserstein`` (1-Wasserstein) distances between
-        the normalised estimated distributions.  For d_y > 1: the mean
-        differences per outcome and the MMD.
+    def mmd(self, *, newdata=None) -> np.ndarray:
+        """The MMD ‖μ̂₁(v) − μ̂₀(v)‖ between the arms' embeddings at each V-point (:meth:`ccme.Embedding.mmd`).
 
         Parameters
         ----------
         newdata : DataFrame, optional
-            Default: V-quantile profiles (:meth:`profiles`).
-        q : sequence of float, optional
-        """
-        from .effects import DEFAULT_QUANTILES, effect_table
-
-        if newdata is None:
-            newdata = self.profiles()
-        levels = _levels(DEFAULT_QUANTILES if q is None else q, "q")
-        return effect_table(self, self._v(newdata), _index(newdata, self._v(newdata)), levels)
-
-    def test_effect(self, newdata=None, statistic="mmd", n_boot=499, seed=None, n_global=50):
-        """Test H0: p(Y¹ | V = v) = p(Y⁰ | V = v), by a multiplier bootstrap (method="ridge").
-
-        T(v) = ‖μ̂₁(v) − μ̂₀(v)‖² (``statistic="mmd"``, d_y = 1, Gaussian outcome
-        kernel) or ‖mean₁(v) − mean₀(v)‖² (``"mean"``, any d_y), at each V-point;
-        the global statistic is their mean over the V-points.  Calibrated by
-        the multiplier bootstrap of :mod:`ccme.bootstrap` (Gaussian multipliers
-        on the second-stage ridge residuals, first stage fixed); p-values are
-        (1 + #{T* ≥ T}) / (1 + n_boot).  Measured on simulated data by
-        ``benchmarks/calibration.py``.
-
-        Parameters
-        ----------
-        newdata : DataFrame, optional
-            V-points to test at; default: ``n_global`` training V-points drawn
-            with ``seed`` (the global statistic then averages over V's
-            empirical distribution).
-        statistic : {"mmd", "mean"}
-        n_boot : int, default 499
-        seed : int, optional
-            Default: the fit's seed.
+            Default the training data.
 
         Returns
         -------
-        ccme.bootstrap.EffectTest
+        ndarray (n_newdata,)
+        """
+        return self.embedding(1).mmd(self.embedding(0), v=self._v(newdata))
+
+    # -- profiles, tables, summary, plots ----------------------------------
+    # -- profiles, tables, summary -----------------------------------------
+    def profiles(self, quantiles=(0.25, 0.5, 0.75)) -> pd.DataFrame:
+        """Typical V-points: numeric columns at quantiles of the data, categorical ones varying across rows.
+
+        Parameters
+        ----------
+        quantiles : sequence of float in [0, 1], default (0.25, 0.5, 0.75)
+
+        Returns
+        -------
+        DataFrame
+            One row per profile, one column per raw variable of V (see
+            :meth:`ccme.formula.Design.profiles`).
+        """
+        return self.design.profiles(quantiles)
+
+    def tidy(self, *, newdata=PROFILES) -> pd.DataFrame:
+        """Mean and standard deviation of Y^a | V = v per profile and arm, as a long table.
+
+        Parameters
+        ----------
+        newdata : DataFrame, "profiles" or None, default "profiles"
+            The V-points (None: the training data).
+
+        Returns
+        -------
+        DataFrame
+            Columns ``profile``, ``arm``, ``outcome``, ``term`` ("mean", "sd")
+            and ``estimate``.
+        """
+        frame, index = self._frame(newdata)
+        V = self._v(frame)
+        rows = []
+        for arm in _ARMS:
+            _, mean, var = self.embedding(arm).moments(v=V)
+            for i, label in enumerate(index):
+                for j, name in enumerate(self.design.y_names):
+                    for term, value in (("mean", mean[i, j]), ("sd", np.sqrt(var[i, j]))):
+                        rows.append({"profile": label, "arm": arm, "outcome": name, "term": term, "estimate": value})
+        return pd.DataFrame(rows, columns=["profile", "arm", "outcome", "term", "estimate"])
+
+    def summary(self, *, newdata=PROFILES, n_boot: int = 0):
+        """An R-style summary: a printable object (it prints nothing by itself).
+
+        Parameters
+        ----------
+        newdata : DataFrame, "profiles" or None, default "profiles"
+            The V-points of the profile table and the effects section.
+        n_boot : int, default 0
+            Bootstrap draws of :meth:`test_effect`'s p-values in the effects
+            section (0: none; the bootstrap costs seconds at large n).
+
+        Returns
+        -------
+        ccme.summary.Summary
+            ``print()`` it; ``_repr_html_``, ``as_latex()`` and ``to_frame()`` render it.
+        """
+        from .summary import Summary
+
+        return Summary.from_result(self, newdata, n_boot=n_boot)
+
+    def default_grid(self, size: int = 400) -> np.ndarray:
+        """An outcome grid over the data ± the margin of :mod:`ccme.grids` (d_y = 1), for plots.
+
+        Parameters
+        ----------
+        size : int, default 400
+
+        Returns
+        -------
+        ndarray (size,)
+        """
+        return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
+
+    # -- effects and uncertainty -------------------------------------------
+    def effect(self, *, newdata=PROFILES, q=None) -> pd.DataFrame:
+        """Distributional treatment effects at each V-point, as a long table (see :mod:`ccme.effects`).
+
+        Parameters
+        ----------
+        newdata : DataFrame, "profiles" or None, default "profiles"
+        q : sequence of float, optional
+            Levels of the quantile treatment effects (default 0.1, 0.25, 0.5, 0.75, 0.9).
+
+        Returns
+        -------
+        DataFrame
+            Columns ``profile``, ``term``, ``outcome``, ``level`` and ``estimate``; one row
+            per profile and term: ``mean_diff`` (E[Y¹ | v] − E[Y⁰ | v]), ``qte``
+            (Q₁(q | v) − Q₀(q | v), ``level`` = q), ``mmd`` (‖μ̂₁(v) − μ̂₀(v)‖,
+            exact), ``kolmogorov`` and ``wasserstein`` (1-Wasserstein) distances
+            between the normalised distributions (d_y = 1).
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> sorted(set(res.effect(q=[0.5])["term"]))
+        ['kolmogorov', 'mean_diff', 'mmd', 'qte', 'wasserstein']
+        """
+        from .effects import DEFAULT_QUANTILES, effect_table, tidy_effects
+
+        frame, index = self._frame(newdata)
+        levels = check_levels(DEFAULT_QUANTILES if q is None else q, "q")
+        return tidy_effects(effect_table(self, self._v(frame), index, levels), self.design.y_names)
+
+    def test_effect(self, *, newdata=None, statistic="mmd", n_boot=499, seed=None, n_global=50):
+        """Test H0: p(Y¹ | V = v) = p(Y⁰ | V = v), by a multiplier bootstrap (estimators with a linear second stage).
+
+        T(v) = ‖μ̂₁(v) − μ̂₀(v)‖², the squared MMD (``statistic="mmd"``, d_y = 1,
+        Gaussian outcome kernel), or ‖mean₁(v) − mean₀(v)‖² (``"mean"``, any
+        d_y), at each V-point; the global statistic is their mean over the
+        V-points.  Calibrated by the multiplier bootstrap of
+        :mod:`ccme.bootstrap`; p-values are (1 + #{T* ≥ T}) / (1 + n_boot).
+        Measured on simulated data by ``benchmarks/calibration.py``.
+
+        Parameters
+        ----------
+        newdata : DataFrame, "profiles" or None, default None
+            V-points to test at; None: ``n_global`` training rows drawn with
+            ``seed`` (the global statistic then averages over V's empirical
+            distribution).
+        statistic : {"mmd", "mean"}, default "mmd"
+        n_boot : int, default 499
+        seed : int, optional
+            Default the fit's seed.
+        n_global : int, default 50
+
+        Returns
+        -------
+        ccme.EffectTest
+
+        Raises
+        ------
+        ParameterError
+            For a method without a linear second stage.
         """
         from .bootstrap import test_effect
 
@@ -364,65 +564,92 @@ class CCMEResult:
             rows = np.sort(rng.choice(self.n, size=min(int(n_global), self.n), replace=False))
             V, index = self.design.V[rows], list(rows)
         else:
-            V = self._v(newdata)
-            index = _index(newdata, V)
-        return test_effect(self, V, index, statistic=statistic, n_boot=n_boot, seed=seed,
-                           n_threads=self._embedding(1).n_threads)
+            frame, index = self._frame(newdata)
+            V = self._v(frame)
+        return test_effect(self, V, index, statistic=statistic, n_boot=n_boot, seed=seed)
 
-    def bands(self, level=0.9, newdata=None, arm=1, y=None, feature="density", n_boot=499, seed=None):
-        """Pointwise and simultaneous bootstrap confidence bands for the smoothed density or CDF (method="ridge").
+    def bands(self, level=0.9, *, newdata=PROFILES, arm=1, y=None, feature="density", n_boot=499, seed=None):
+        """Pointwise and simultaneous bootstrap bands for the smoothed density or CDF (linear second stages).
 
         The bands are for the unit-mass estimate Σ_k c_k(v) F(y_k, y) / Σ_k c_k(v)
         (not clipped, not made monotone) of the kernel-smoothed target
         E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v] (CDF), by the
-        multiplier bootstrap of :mod:`ccme.bootstrap` (the fitted first stage is
-        reused; the mass is resampled with the same multipliers, delta method).  Pointwise: the
-        ``level`` quantile of |Δ*(y)| at each y; simultaneous over the grid, for
-        each V-point: sup-t.  They do not include the ridge regularisation bias.
+        multiplier bootstrap of :mod:`ccme.bootstrap`.  They do not include the
+        ridge regularisation bias.
 
         Parameters
         ----------
         level : float, default 0.9
-        newdata : DataFrame, optional
-            Default: V-quantile profiles.
-        arm : {1, 0}
+        newdata : DataFrame, "profiles" or None, default "profiles"
+        arm : 1, 0, bool or a treatment level, default 1
         y : array, optional
             Increasing outcome grid (default :meth:`default_grid` with 200 points).
-        feature : {"density", "cdf"}
+        feature : {"density", "cdf"}, default "density"
         n_boot : int, default 499
         seed : int, optional
+            Default the fit's seed.
 
         Returns
         -------
-        ccme.bootstrap.Bands
+        ccme.Bands
         """
         from .bootstrap import bands
 
-        self._embedding(arm)
-        if newdata is None:
-            newdata = self.profiles()
-        V = self._v(newdata)
-        grid = self.default_grid(200) if y is None else self._y(y)[:, 0]
+        arm = self.arm_index(arm)
         if self.design.Y.shape[1] != 1:
             raise DataError("bands are available for a one-dimensional outcome")
-        return bands(self, V, _index(newdata, V), grid[:, None] if grid.ndim == 1 else grid, arm=int(arm),
-                     feature=feature, level=level, n_boot=n_boot, seed=self.seed if seed is None else seed,
-                     n_threads=self._embedding(1).n_threads)
+        frame, index = self._frame(newdata)
+        V = self._v(frame)
+        grid = self.default_grid(200) if y is None else self.embedding(arm)._y(y)[:, 0]
+        return bands(self, V, index, grid[:, None], arm=arm, feature=feature, level=level, n_boot=n_boot,
+                     seed=self.seed if seed is None else seed)
 
-    def plot_effect(self, newdata=None, q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None, **kwargs):
+    # -- plots ----------------------------------------------------------------
+    def plot(self, *, newdata=PROFILES, arm="both", y=None, ax=None, truth=None, bands=False, level=0.9, n_boot=299,
+             **kwargs):
+        """Estimated densities of Y¹ and/or Y⁰ at each V-profile; returns the Axes.
+
+        Parameters
+        ----------
+        newdata : DataFrame or "profiles", default "profiles"
+        arm : {"both", 1, 0} or a treatment level, default "both"
+        y : array, optional
+            Outcome grid (default :meth:`default_grid`).
+        ax : matplotlib Axes, optional
+        truth : callable, optional
+            ``truth(y, profile_row: DataFrame, arm) -> density``, drawn dotted.
+        bands : bool, default False
+            Shade the simultaneous ``level`` bootstrap band of the smoothed density.
+        level : float, default 0.9
+        n_boot : int, default 299
+        **kwargs
+            Passed to ``Axes.plot`` for the estimates.
+
+        Returns
+        -------
+        matplotlib Axes
+        """
+        from .plotting import plot_densities
+
+        return plot_densities(self, newdata=newdata, arm=arm, y=y, ax=ax, truth=truth, bands=bands, level=level,
+                              n_boot=n_boot, **kwargs)
+
+    def plot_effect(self, *, newdata=PROFILES, q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None,
+                    **kwargs):
         """Quantile treatment effect curves q ↦ Q₁(q | v) − Q₀(q | v), with bootstrap bands; returns the Axes."""
         from .plotting import plot_effect
 
         return plot_effect(self, newdata=newdata, q=q, bands=bands, level=level, n_boot=n_boot, seed=seed,
                            ax=ax, **kwargs)
 
-    def plot_overlap(self, ax=None, bins=30):
+    def plot_overlap(self, *, ax=None, bins=30):
         """Histograms of the cross-fitted propensity scores by arm, with the clipping bounds; returns the Axes."""
         from .plotting import plot_overlap
 
         return plot_overlap(self, ax=ax, bins=bins)
 
-    def plot_cdf(self, newdata=None, arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None, **kwargs):
+    def plot_cdf(self, *, newdata=PROFILES, arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None,
+                 **kwargs):
         """Estimated conditional CDFs of Y¹ and/or Y⁰ at each V-profile (optional bands); returns the Axes."""
         from .plotting import plot_cdfs
 
@@ -440,7 +667,7 @@ class CCMEResult:
         """
         rows = []
         for arm in _ARMS:
-            for fold, part in enumerate(self._embedding(arm).parts, start=1):
+            for fold, part in enumerate(self.embedding(arm).parts, start=1):
                 history = getattr(part, "history", None)
                 if history is None:
                     raise ParameterError(f"method {self.method!r} has no training history (it is not trained by "
@@ -454,14 +681,13 @@ class CCMEResult:
                         })
         return pd.DataFrame(rows)
 
-    def plot_training(self, ax=None, **kwargs):
+    def plot_training(self, *, ax=None, **kwargs):
         """Loss per epoch of each stage, fold and arm of a neural fit (validation dashed); returns the Axes."""
         from .plotting import plot_training
 
         return plot_training(self, ax=ax, **kwargs)
 
-
-    def plot_tuning(self, ax=None, **kwargs):
+    def plot_tuning(self, *, ax=None, **kwargs):
         """Criterion curves of the automatic tuning, one panel per tuned hyperparameter.
 
         Parameters
@@ -502,16 +728,3 @@ class CCMEResult:
 
         return save(self, path, compress=compress)
 
-
-def _levels(q, name: str) -> np.ndarray:
-    try:
-        levels = np.atleast_1d(np.asarray(q, dtype=np.float64))
-    except (TypeError, ValueError):
-        raise ParameterError(f"`{name}` must be numbers in (0, 1); got {q!r}") from None
-    if levels.ndim != 1 or not np.all((levels > 0) & (levels < 1)):
-        raise ParameterError(f"`{name}` must be numbers in (0, 1); got {q!r}")
-    return levels
-
-
-def _index(newdata, V) -> list:
-    return list(getattr(newdata, "index", range(len(V))))

@@ -14,14 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .effects import effect_table
+from .pseudo import MODE_NAMES
+
 __all__ = ["Summary"]
 
-_MODE_NAMES = {
-    "dr": "doubly robust",
-    "ipw": "inverse propensity weighting",
-    "pi": "plug-in",
-    "onestep": "one-step",
-}
+_MODE_NAMES = MODE_NAMES
 
 
 def _fmt(x: float) -> str:
@@ -61,10 +59,11 @@ class Summary:
             ("Cross-fitting", f"{res.n_folds} folds, seed {res.seed}"),
         ]
         ov = res.overlap
+        known = res.propensity == "known scores"
         scores = ov.scores
         prop_rows = [
-            ("Model", f"{res.propensity} on {_names(res.propensity_columns)}"),
-            ("Scores", f"range [{_fmt(scores.min())}, {_fmt(scores.max())}], cross-fitted"),
+            ("Model", "known scores" if known else f"{res.propensity} on {_names(res.propensity_columns)}"),
+            ("Scores", f"range [{_fmt(scores.min())}, {_fmt(scores.max())}]" + ("" if known else ", cross-fitted")),
             ("Clipped", f"{ov.n_clipped} to [{res.clip:g}, {1 - res.clip:g}] ({ov.n_clipped_low} below, "
                         f"{ov.n_clipped_high} above)"),
             ("Effective n", f"treated {ov.ess[1]:.1f} of {ov.n_arm[1]}; control {ov.ess[0]:.1f} of {ov.n_arm[0]}"),
@@ -74,16 +73,19 @@ class Summary:
                                             f"below, {ov.n_trimmed_high} above) dropped from the second stage"))
         if res.mode == "pi" or res.mode == "onestep":
             prop_rows.append(("Note", f"the {_MODE_NAMES[res.mode]} estimate does not use the propensity"))
-        if newdata is None:
+        if isinstance(newdata, str) and newdata == "profiles":
             newdata = res.profiles()
             table_title = "Estimated distributions at V-quantile profiles"
+        elif newdata is None:
+            newdata = design.v_frame
+            table_title = "Estimated distributions at the training data's V"
         else:
             table_title = "Estimated distributions at the given profiles"
         table = _profile_table(res, newdata)
-        parts = res._embeddings[1].parts + res._embeddings[0].parts
-        jitters = [v for f in parts for v in getattr(f, "jitter", {}).values()]
         sections = [("Data", tuple(data_rows))]
-        for title, rows in res.estimator.describe(res.hyperparameters, res):
+        described = res.estimator.describe(res.params, design=design, outcome_columns=res.outcome_columns,
+                                           embeddings=res.embeddings)
+        for title, rows in described:
             if title == "Kernels":
                 rows = list(rows) + _readout_rows(res)
             sections.append((title, tuple(rows)))
@@ -91,8 +93,8 @@ class Summary:
             sections.append(("Tuning", tuple(_tuning_rows(res.tuning))))
         sections.append(("Propensity", tuple(prop_rows)))
         sections.append(("Effects (Y1 vs Y0 at the profiles)", tuple(_effect_rows(res, newdata, n_boot))))
-        if any(j > 0 for j in jitters):
-            sections.append(("Numerics", (("Cholesky jitter", f"up to {max(jitters):.3g} added"),)))
+        for title, rows in res.estimator.diagnostics(res.embeddings):
+            sections.append((title, tuple(rows)))
         title = (
             f"Conditional counterfactual distributions: {res.estimator.title} CCME, "
             f"{_MODE_NAMES[res.mode]}"
@@ -110,7 +112,7 @@ class Summary:
         lines.append(f"{self.table_title}:")
         lines.append(self.table.to_string(float_format=lambda x: f"{x:.4g}"))
         lines.append("---")
-        lines.append("Densities: res.density(y, newdata, arm); CDFs: res.cdf(...); plot: res.plot()")
+        lines.append("Densities: res.density(y, newdata=..., arm=...); CDFs: res.cdf(...); plot: res.plot()")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -174,8 +176,8 @@ def _profile_table(res, newdata) -> pd.DataFrame:
     frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
     table = frame[[c for c in res.design.v_variables if c in frame.columns]].copy()
     y_names = res.design.y_names
-    means = {arm: np.atleast_2d(res.mean(frame, arm).T).T for arm in (1, 0)}
-    sds = {arm: np.atleast_2d(res.sd(frame, arm).T).T for arm in (1, 0)}
+    means = {arm: np.atleast_2d(res.mean(newdata=frame, arm=arm).T).T for arm in (1, 0)}
+    sds = {arm: np.atleast_2d(res.sd(newdata=frame, arm=arm).T).T for arm in (1, 0)}
     for j, name in enumerate(y_names):
         suffix = "" if len(y_names) == 1 else f"[{name}]"
         table[f"mean Y1{suffix}"] = means[1][:, j]
@@ -188,10 +190,11 @@ def _profile_table(res, newdata) -> pd.DataFrame:
 
 def _effect_rows(res, newdata, n_boot: int) -> list:
     """Per profile: difference of means, MMD and (with ``n_boot`` > 0, method="ridge") the test's p-value."""
-    table = res.effect(newdata, q=[])
+    frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
+    table = effect_table(res, res.design.encode_v(frame), list(frame.index), q=[])
     pvalues = None
-    if n_boot and res.method == "ridge" and len(res.design.y_names) == 1:
-        pvalues = res.test_effect(newdata, n_boot=n_boot).table["pvalue"].to_numpy()
+    if n_boot and res.estimator.supports_bootstrap and len(res.design.y_names) == 1:
+        pvalues = res.test_effect(newdata=frame, n_boot=n_boot).table["p_value"].to_numpy()
     mean_cols = [c for c in table.columns if c.startswith("mean diff")]
     rows = []
     for i, label in enumerate(table.index):
@@ -201,5 +204,5 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
             text += f"; p = {_fmt(pvalues[i])} (MMD test, {n_boot} draws)"
         rows.append((str(label), text))
     if pvalues is None:
-        rows.append(("Test", "res.test_effect(newdata) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
+        rows.append(("Test", "res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
     return rows

@@ -52,9 +52,12 @@ from threadpoolctl import threadpool_limits
 from . import _backend
 from .errors import CcmeWarning, ParameterError
 from .kernels import Kernel
+from .grids import outcome_grid
 from .memory import check_allocation
+from .pseudo import pseudo_outcome, uses_first_stage
+from .estimators.ridge import apply_first_stage
 
-__all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_outcome_bandwidth",
+__all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_outcome_bandwidth", "tune_readout",
            "LAMBDA_GRID", "Y_BANDWIDTH_FACTORS", "NEURAL_LAMBDA_GRID"]
 
 #: Default penalty grid (paper convention K + nλI), both stages.
@@ -214,18 +217,19 @@ def _best(criterion: np.ndarray) -> int:
     return int(np.argmin(finite))
 
 
-def tune_ridge(*, mode, design, Xo, folds, scores, prepared, grids, n_threads=0):
-    """Choose λ₀, λ₁ (and X/V bandwidth factors) by leave-one-out; returns (prepared, report).
+def tune_ridge(*, data, folds, params, grids):
+    """Choose λ₀, λ₁ (and X/V bandwidth factors) by leave-one-out; returns (params, report).
 
-    ``scores`` are the clipped cross-fitted propensity scores; ``grids`` from
-    :func:`resolve_tune`.  ``prepared`` is updated in a copy.
+    ``data`` is the cross-fitting's :class:`ccme.estimators.base.CrossFitData`
+    (its scores clipped and cross-fitted); ``grids`` from :func:`resolve_tune`.
     """
     started = time.perf_counter()
     report = TuningReport()
-    prepared = {**prepared, "kernels": dict(prepared["kernels"])}
+    mode, design, Xo, scores, n_threads = data.mode, data.design, data.Xo, data.scores, data.n_threads
+    prepared = params.to_dict()
     A, Y, V = design.A, design.Y, design.V
     G = _outcome_features(Y, prepared["kernels"]["y"], n_threads)
-    uses_stage1 = mode in ("dr", "pi")
+    uses_stage1 = uses_first_stage(mode)
     approximate = False
     spectra = {}  # (fold, arm, factor) -> _Spectrum of the stage-1 kernel
     x_factor = 1.0
@@ -332,13 +336,14 @@ def tune_ridge(*, mode, design, Xo, folds, scores, prepared, grids, n_threads=0)
         )
     note_edges(report)
     report.seconds = time.perf_counter() - started
-    return prepared, report
+    return params.replace(**prepared), report
 
 
 def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1):
     """Per fold and arm: (second-stage rows, feature coordinates of ξ̂ on them).
 
-    μ̂₀(X_1i) = Σ_j B_ji φ(Y_0j) in coordinates: K_X1X0 (K_X0 + mλ₀I)⁻¹ G_0, with
+    The pseudo-outcomes of :mod:`ccme.pseudo` in the outcome features G:
+    a_i G(Y_i) + b_i μ̂₀(X_i), with μ̂₀(X_1i) = K_X1X0 (K_X0 + mλ₀I)⁻¹ G_0 through
     the stage-1 kernel's low-rank spectrum (reused from stage-1 tuning when it ran).
     """
     A = design.A
@@ -347,28 +352,14 @@ def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0,
         per_arm = {}
         target = fold.target
         for arm in (1, 0):
-            in_arm = A[target] == arm
-            if mode == "onestep":
-                rows = target[in_arm]
-                per_arm[arm] = (rows, G[rows])
-                continue
-            p_arm = scores[target] if arm == 1 else 1.0 - scores[target]
-            omega = in_arm / p_arm
-            a, b = {"dr": (omega, 1.0 - omega), "ipw": (omega, 0.0 * omega), "pi": (0.0 * omega, 1.0 + 0.0 * omega)}[mode]
-            Z = a[:, None] * G[target]
-            if np.any(b != 0):
+            pseudo = pseudo_outcome(mode, arm, A=A, target=target, scores_target=scores[target])
+            first = None
+            if pseudo.has_first_stage:
                 rows0 = fold.nuisance[A[fold.nuisance] == arm]
-                m = len(rows0)
                 spec = stage1.get((k, arm)) or _spectrum(Xo[rows0], x_kernel, 1.0, lam0[arm], n_threads)
-                T = spec.solve(m * lam0[arm], G[rows0])
-                mu0 = np.empty((len(target), G.shape[1]))
-                step = max(1, int(2**22 // max(m, 1)))  # rows of K_X1X0 per block (~32 MB)
-                for s in range(0, len(target), step):
-                    block = _backend.gram(Xo[target[s:s + step]], Xo[rows0], x_kernel.name,
-                                          x_kernel.bandwidth_array, n_threads=n_threads)
-                    mu0[s:s + step] = block @ T
-                Z = Z + b[:, None] * mu0
-            per_arm[arm] = (target, Z)
+                solved = spec.solve(len(rows0) * lam0[arm], G[rows0])
+                first = apply_first_stage(Xo[pseudo.rows], Xo[rows0], x_kernel, solved, n_threads)
+            per_arm[arm] = (pseudo.rows, pseudo.features(G[pseudo.rows], first))
         out.append(per_arm)
     return out
 
@@ -388,8 +379,8 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
     Y = design.Y
     factors = np.asarray(factors, dtype=np.float64)
     rng = np.random.default_rng(seed)
-    widest = base.bandwidth_array[0] * factors.max()
-    grid = np.linspace(Y.min() - 4 * widest, Y.max() + 4 * widest, _ISE_GRID)[:, None]
+    widest = Kernel(base.name, tuple(base.bandwidth_array * factors.max()), base.rule)
+    grid = outcome_grid(Y, widest, size=_ISE_GRID)[:, None]
     kernels, curves = {}, []
     for arm in (1, 0):
         total = np.zeros(len(factors))
@@ -423,6 +414,27 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
         curves.append(TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
                                   base.bandwidth_array[0] * factors[best], arm, None))
     return kernels, curves
+
+
+def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, report: TuningReport) -> dict:
+    """Each arm's embedding read out with its tuned outcome bandwidth (:func:`tune_outcome_bandwidth`).
+
+    Adds the curves, choices and time to ``report``; returns new embeddings
+    ({arm: Embedding}) sharing the fitted weights (σ_y does not change them).
+    """
+    if data.design.Y.shape[1] != 1:
+        report.notes.append("the outcome bandwidth is tuned for a one-dimensional outcome only; the rule was kept")
+        return embeddings
+    started = time.perf_counter()
+    chosen, curves = tune_outcome_bandwidth(
+        embeddings=embeddings, design=data.design, folds=folds, scores=data.scores, base=embeddings[1].y_kernel,
+        factors=grids["y_bandwidth"], seed=seed, n_threads=data.n_threads, weighted=data.mode != "onestep",
+    )
+    report.curves.extend(curves)
+    report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
+    note_edges(report)
+    report.seconds += time.perf_counter() - started
+    return {arm: embeddings[arm].with_readout(kernel) for arm, kernel in chosen.items()}
 
 
 def note_edges(report: TuningReport) -> None:

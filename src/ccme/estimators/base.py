@@ -1,28 +1,261 @@
-"""What every CCME estimator provides to :func:`ccme.fit`.
+"""The estimator protocol: what every CCME estimator provides to :func:`ccme.fit`.
 
-An estimator is a small object with
+This module owns the declared interfaces between :func:`ccme.fit`'s
+pipeline (:mod:`ccme.crossfit`) and the estimators.  An estimator
+(:class:`Estimator`) goes through the stages
 
-- ``name`` (the ``method=`` string), ``title`` (for summaries), ``defaults``
-  (documented hyperparameter defaults) and ``aliases`` (one name setting
-  several hyperparameters, e.g. ``lam`` → ``lam0`` and ``lam1``);
-- ``prepare(options, design=, Xo=, seed=)``: resolve rules (bandwidths, …)
-  on the data and validate values; returns a dict that must hold
-  ``kernels["y"]``, the normalised outcome kernel;
-- ``fit_fold(prepared, mode=, design=, Xo=, fold=, scores_target=, seed=, n_threads=)``:
-  a fitted fold whose ``arm(a)`` returns the fold-and-arm estimator with
-  ``contract`` and ``weights`` (see :mod:`ccme.estimators`);
-- ``describe(prepared, result)``: summary sections, ``[(title, [(label, text), ...]), ...]``.
+1. ``prepare(options, design=, Xo=, seed=)`` → :class:`Parameters`: rules
+   (bandwidths, grids, …) resolved on the data and every value validated,
+   frozen; ``params.kernels["y"]`` is the normalised outcome kernel;
+2. ``tune(params, data=, folds=, grids=, seeds=, auto=)`` → :class:`Tuned`:
+   new parameters, the :class:`ccme.tuning.TuningReport`, and fold-arms the
+   tuning already fitted with the chosen values (kept, not refitted);
+3. ``fit_fold(params, data=, fold=, seed=, prebuilt=)`` → a :class:`FoldFit`,
+   whose ``arm(a)`` builds that fold's :class:`FoldArm` for arm ``a`` (on
+   first use: a user asking only about Y¹ never pays for Y⁰);
+4. ``memory_bytes``, ``describe`` and ``diagnostics`` for the memory guard
+   and the summary.
+
+A :class:`FoldArm` represents μ̂(v) = Σ_k c_k(v) φ(y_k) on one fold: its atoms
+y_k, ``weights(V)`` = c(V) and ``contract(V, points, feature, …)`` =
+Σ_k c_k(v) F(y_k, point) for the features of :mod:`ccme.embedding`.  A fold-arm
+whose second stage is a linear smoother of per-unit pseudo-outcomes also
+implements :class:`LinearSecondStage`, which is all the multiplier
+bootstrap (:mod:`ccme.bootstrap`) needs.  New learners, kernels and low-rank
+or distributed paths are new implementations of these interfaces.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["resolve_options", "FactoredArm", "contract_factored"]
+__all__ = ["Estimator", "Parameters", "CrossFitData", "FoldFit", "FoldArm", "LinearSecondStage", "Tuned",
+           "resolve_options", "FactoredArm", "contract_factored"]
+
+
+def _freeze(value):
+    if isinstance(value, Mapping) and not isinstance(value, Parameters):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    return value
+
+
+def _thaw(value):
+    if isinstance(value, Mapping) and not isinstance(value, Parameters):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
+
+
+class Parameters(Mapping):
+    """An estimator's hyperparameters as used: a read-only mapping (nested mappings frozen too).
+
+    ``params["lam0"]``, ``params.kernels["y"]``; :meth:`replace` gives a
+    changed copy; :meth:`to_dict` a plain, mutable copy.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping):
+        object.__setattr__(self, "_values", _freeze(dict(values)))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Parameters are immutable; use replace()")
+
+    def __getitem__(self, key):
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Parameters({', '.join(sorted(self._values))})"
+
+    @property
+    def kernels(self) -> Mapping:
+        """Role ("x", "v", "y") → :class:`ccme.kernels.Kernel`."""
+        return self._values["kernels"]
+
+    def replace(self, **changes) -> "Parameters":
+        """A copy with some values changed."""
+        return Parameters({**self._values, **changes})
+
+    def to_dict(self) -> dict:
+        """A plain, mutable deep copy of the mappings (the leaves are shared)."""
+        return _thaw(self._values)
+
+
+@dataclass(frozen=True)
+class CrossFitData:
+    """What every stage of the cross-fitting sees: the design, the outcome model's covariates and the scores.
+
+    Attributes
+    ----------
+    mode : {"dr", "ipw", "pi", "onestep"}
+    design : ccme.formula.Design
+    Xo : ndarray (n, d)
+        The first-stage (outcome model) covariates, a subset of X's columns.
+    scores : ndarray (n,)
+        Clipped cross-fitted propensity scores π̂(X_i) (each from the fold
+        that left unit i out).
+    n_threads : int
+    """
+
+    mode: str
+    design: object
+    Xo: np.ndarray
+    scores: np.ndarray
+    n_threads: int = 0
+
+    @property
+    def A(self) -> np.ndarray:
+        return self.design.A
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The outcome of :meth:`Estimator.tune`: parameters, report, and fold-arms already fitted with them.
+
+    ``prebuilt`` maps (fold index, arm) to a fold-arm the tuning trained with
+    the chosen parameters and the fold's seed, exactly as ``fit_fold`` would.
+    """
+
+    params: Parameters
+    report: object
+    prebuilt: Mapping = field(default_factory=dict)
+
+
+class FoldArm(ABC):
+    """One arm's embedding fitted on one cross-fitting fold: μ̂(v) = Σ_k c_k(v) φ(y_k).
+
+    Attributes
+    ----------
+    atoms : ndarray (N, d_y)
+        The outcome atoms y_k, in the order of :meth:`weights`.
+    atom_units : ndarray of int or None
+        The data row behind each atom (lets the outcome-bandwidth tuning leave
+        a unit's own atom out of its evaluation); None when unknown.
+    """
+
+    atom_units: np.ndarray | None = None
+
+    @property
+    @abstractmethod
+    def atoms(self) -> np.ndarray:
+        """The atoms y_k, shape (N, d_y)."""
+
+    @abstractmethod
+    def weights(self, V_eval, n_threads: int = 0):
+        """(atoms (N, d_y), c (N, n_eval)): the weights c_k(v) at each row of ``V_eval``."""
+
+    @abstractmethod
+    def contract(self, V_eval, points, feature, y_kernel, out, scale: float, n_threads: int = 0) -> None:
+        """``out += scale × Σ_k c_k(v) F(y_k, point)`` for the ``feature`` of :mod:`ccme.embedding`."""
+
+    @property
+    def n_atoms(self) -> int:
+        return self.atoms.shape[0]
+
+    def diagnostics(self) -> dict:
+        """Numerical facts worth a line in the summary (e.g. Cholesky jitter); empty by default."""
+        return {}
+
+
+class LinearSecondStage(ABC):
+    """A fold-arm whose second stage is linear in per-unit pseudo-outcomes, μ̂(v) = Σ_i β_i(v) ξ̂_i.
+
+    What the multiplier bootstrap (:mod:`ccme.bootstrap`) needs: the units i,
+    β(v), the features ⟨ξ̂_i, F(·, y)⟩ of their pseudo-outcomes, and the
+    in-sample residuals' features (I − H) P.
+    """
+
+    @property
+    @abstractmethod
+    def units(self) -> np.ndarray:
+        """Data rows of the second-stage units, in the order of :meth:`beta`'s rows."""
+
+    @abstractmethod
+    def beta(self, V_eval, n_threads: int = 0) -> np.ndarray:
+        """β(v) for each row of ``V_eval``, shape (n_units, n_eval)."""
+
+    @abstractmethod
+    def unit_features(self, points, feature: str, kernel, n_threads: int = 0) -> np.ndarray:
+        """P_i(y) = ⟨ξ̂_i, F(·, y)⟩ for each unit, shape (n_units, n_features), ``kernel`` a Kernel."""
+
+    @abstractmethod
+    def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
+        """(I − H) P, the in-sample residuals of the second-stage smoother applied to unit features."""
+
+
+class FoldFit(ABC):
+    """One cross-fitting fold of an estimator: ``arm(a)`` builds that fold's :class:`FoldArm` for arm ``a``."""
+
+    @abstractmethod
+    def arm(self, arm: int) -> FoldArm:
+        """Build (or return the already built) fold-arm of ``arm``."""
+
+
+class Estimator(ABC):
+    """A CCME estimator: the stages :func:`ccme.fit` runs (module docstring).
+
+    Class attributes: ``name`` (the ``method=`` string), ``title`` (for
+    summaries), ``defaults`` (documented hyperparameter defaults),
+    ``aliases`` (one name setting several hyperparameters, e.g. ``lam`` →
+    ``lam0`` and ``lam1``) and ``supports_bootstrap`` (its fold-arms implement
+    :class:`LinearSecondStage`).
+    """
+
+    name: str
+    title: str
+    defaults: Mapping
+    aliases: Mapping = MappingProxyType({})
+    supports_bootstrap: bool = False
+
+    def options(self, hyperparameters: dict) -> dict:
+        """The defaults updated by the user's hyperparameters (aliases expanded), see :func:`resolve_options`."""
+        return resolve_options(self, hyperparameters)
+
+    def user_keys(self, hyperparameters: dict) -> set:
+        """The hyperparameters the user set (aliases expanded): never tuned."""
+        return {t for key in hyperparameters for t in self.aliases.get(key, (key,))}
+
+    @abstractmethod
+    def prepare(self, options: dict, *, design, Xo, seed: int) -> Parameters:
+        """Resolve rules on the data and validate values."""
+
+    def tune(self, params: Parameters, *, data: CrossFitData, folds, grids: dict, seeds, auto: bool) -> Tuned:
+        """Choose the hyperparameters in ``grids``; by default nothing is tunable."""
+        from ..tuning import TuningReport
+
+        return Tuned(params, TuningReport())
+
+    @abstractmethod
+    def fit_fold(self, params: Parameters, *, data: CrossFitData, fold, seed: int, prebuilt=None) -> FoldFit:
+        """Fit one cross-fitting fold (lazily per arm)."""
+
+    def memory_bytes(self, params: Parameters, *, mode: str, A: np.ndarray, folds) -> float:
+        """Bytes the fitted folds will hold, checked by the memory guard before any work (0: not estimated)."""
+        return 0.0
+
+    @abstractmethod
+    def describe(self, params: Parameters, *, design, outcome_columns, embeddings) -> list:
+        """Summary sections ``[(title, [(label, text), ...]), ...]`` for the hyperparameters.
+
+        ``embeddings`` ({arm: Embedding}) lets an estimator report on its
+        fitted fold-arms (e.g. the epochs a neural stage trained).
+        """
+
+    def diagnostics(self, embeddings: Mapping) -> list:
+        """Summary sections about the fitted fold-arms (numerics, training); empty by default."""
+        return []
 
 
 def resolve_options(estimator, hyperparameters: dict) -> dict:
@@ -51,7 +284,7 @@ def resolve_options(estimator, hyperparameters: dict) -> dict:
 _BLOCK_BYTES = 64 * 2**20
 
 
-class FactoredArm(ABC):
+class FactoredArm(FoldArm):
     """A fold-and-arm estimator whose weights factor as c(v) = L h(v).
 
     Over fixed outcome atoms y_k (``atoms``, shape (N, d_y)) the weights are
@@ -63,16 +296,16 @@ class FactoredArm(ABC):
     ``loadings`` and implement ``coefficients(V_eval) -> (r, n_eval)``.
     """
 
-    atoms: np.ndarray
     loadings: np.ndarray
+    _atoms: np.ndarray
+
+    @property
+    def atoms(self) -> np.ndarray:
+        return self._atoms
 
     @abstractmethod
     def coefficients(self, V_eval):
         """h(v) for each row of ``V_eval``, shape (r, n_eval)."""
-
-    @property
-    def n_atoms(self) -> int:
-        return self.atoms.shape[0]
 
     def weights(self, V_eval, n_threads: int = 0):
         """Atoms and their weights c(v) = L h(v), shape (n_atoms, n_eval)."""

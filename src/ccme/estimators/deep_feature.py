@@ -39,7 +39,7 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import resolve_kernel
 from ..memory import check_allocation
-from .base import FactoredArm
+from .base import FactoredArm, Parameters
 from .ridge import _per_arm_text, per_arm_positive
 from .training import (
     NEURAL_DEFAULTS,
@@ -322,7 +322,7 @@ class DeepFeatureFoldArm(FactoredArm):
     """
 
     def __init__(self, atoms, loadings, feature_map: _FeatureMap, history: dict, pseudo: dict):
-        self.atoms = np.ascontiguousarray(atoms, dtype=np.float64)
+        self._atoms = np.ascontiguousarray(atoms, dtype=np.float64)
         self.loadings = np.ascontiguousarray(loadings)
         self.feature_map = feature_map
         self.history = history
@@ -385,7 +385,7 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
         fmap = fit_feature_map(V[rows], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
                                stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
         return DeepFeatureFoldArm(Y[rows], fmap.Psi, fmap, {1: fmap.history}, {"a": np.ones(len(rows)), "Y1": Y[rows]})
-    a, b = pseudo_outcome_coefficients(mode, arm, in_arm, scores_target)
+    a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
     Y1 = Y[target]
     if np.any(b != 0):
@@ -421,11 +421,11 @@ class DeepFeatureEstimator(NeuralEstimator):
     defaults = DEEP_FEATURE_DEFAULTS
     aliases = {"lam": ("lam0", "lam1")}
 
-    def prepare(self, options: dict, *, design, Xo, seed: int) -> dict:
+    def prepare(self, options: dict, *, design, Xo, seed: int) -> Parameters:
         require_torch()
         if options["lam_scaling"] not in ("n", "none"):
             raise ParameterError(f"`lam_scaling` must be 'n' or 'none'; got {options['lam_scaling']!r}")
-        return {
+        return Parameters({
             "kernels": {
                 "y": resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
                                     seed=seed, density=True),
@@ -435,25 +435,25 @@ class DeepFeatureEstimator(NeuralEstimator):
             "lam0": per_arm_positive(options["lam0"], "lam0"),
             "lam1": per_arm_positive(options["lam1"], "lam1"),
             "lam_scaling": options["lam_scaling"],
-        }
+        })
 
-    def describe(self, prepared, result) -> list:
+    def describe(self, prepared, *, design, outcome_columns, embeddings) -> list:
         convention = "Psi'Psi + n*lambda*I" if prepared["lam_scaling"] == "n" else "Psi'Psi + lambda*I, unscaled"
         return [
-            ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(result.design.y_names))]),
+            ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
             (f"Deep features (M = {prepared['M']}; {convention})", [
                 ("lambda0 (stage 1)", _per_arm_text(prepared["lam0"])),
                 ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"])),
             ]),
-            ("Training", describe_training(prepared["training"]) + training_rows(result)),
+            ("Training", describe_training(prepared["training"]) + training_rows(embeddings)),
         ]
 
 
-def training_rows(result) -> list:
-    """Summary rows: epochs run and seconds per stage, over the fitted folds and arms."""
+def training_rows(embeddings) -> list:
+    """Summary rows: epochs run and seconds per stage, over the fitted folds and arms ({arm: Embedding})."""
     rows = []
     for arm in (1, 0):
-        parts = result._embeddings[arm].parts
+        parts = embeddings[arm].parts
         for stage in (1, 2):
             runs = [p.history[stage] for p in parts if stage in p.history]
             if not runs:

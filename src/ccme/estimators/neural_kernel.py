@@ -29,7 +29,7 @@ import numpy as np
 from .. import _backend
 from ..errors import ParameterError
 from ..kernels import resolve_kernel
-from .base import FactoredArm
+from .base import FactoredArm, Parameters
 from .deep_feature import _kernel_at_zero, training_rows
 from .training import (
     NEURAL_DEFAULTS,
@@ -106,7 +106,7 @@ class NeuralKernelFoldArm(FactoredArm):
     """The Neural-Kernel CCME of one arm on one fold: c(v) = f(v) over the grid, eq. (nk_density)."""
 
     def __init__(self, grid, net, standardizer, history: dict, dtype, device):
-        self.atoms = np.ascontiguousarray(grid)
+        self._atoms = np.ascontiguousarray(grid)
         self.loadings = np.eye(len(grid))
         self.net, self.standardizer = net, standardizer
         self.history = history
@@ -197,7 +197,7 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
                                           K_M, settings=settings, stage=1, generator=stage_generator(seed, arm, 1),
                                           label=label, n_threads=n_threads)
         return NeuralKernelFoldArm(grid, net, std, {1: hist}, dtype, device)
-    a, b = pseudo_outcome_coefficients(mode, arm, in_arm, scores_target)
+    a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
     g0 = None
     if np.any(b != 0):
@@ -222,12 +222,12 @@ class NeuralKernelEstimator(NeuralEstimator):
     defaults = NEURAL_KERNEL_DEFAULTS
     aliases = {}
 
-    def prepare(self, options: dict, *, design, Xo, seed: int) -> dict:
+    def prepare(self, options: dict, *, design, Xo, seed: int) -> Parameters:
         require_torch()
         y_kernel = resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
                                   seed=seed, density=True)
         grid = make_grid(options["grid"], design.Y, _positive_int(options["M"], "M"), seed)
-        return {
+        return Parameters({
             "kernels": {"y": y_kernel},
             "training": resolve_training(options),
             "M": len(grid),
@@ -235,14 +235,14 @@ class NeuralKernelEstimator(NeuralEstimator):
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
             "grid_seed": seed,      # tuning M rebuilds the grid with it (ccme.estimators.neural_tuning)
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
-        }
+        })
 
-    def describe(self, prepared, result) -> list:
+    def describe(self, prepared, *, design, outcome_columns, embeddings) -> list:
         grid = prepared["grid"]
         span = (f"from {grid.min():.4g} to {grid.max():.4g}" if grid.shape[1] == 1
                 else f"in {grid.shape[1]} dimensions")
         return [
-            ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(result.design.y_names))]),
+            ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
             ("Grid", [("Points", f"M = {prepared['M']} ({prepared['grid_rule']}), {span}")]),
-            ("Training", describe_training(prepared["training"]) + training_rows(result)),
+            ("Training", describe_training(prepared["training"]) + training_rows(embeddings)),
         ]

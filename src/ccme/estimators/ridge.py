@@ -3,83 +3,113 @@
 Stage 1 (on D0, the arm's units): kernel ridge regression of φ(Y) on X,
 μ̂₀(x) = Φ₀ (K_X0 + mλ₀I)⁻¹ k_X0(x).
 Stage 2 (on D1): kernel ridge regression of the pseudo-outcomes ξ̂ on V,
-μ̂(v) = Ξ̂ (K_V + nλ₁I)⁻¹ k_V(v)  (eq. emp_ccme_form).
+μ̂(v) = Ξ̂ (K_V + nλ₁I)⁻¹ k_V(v)  (eq. emp_ccme_form),
 
-With ξ̂_i = a_i φ(Y_1i) + b_i μ̂₀(X_1i) every mode is one formula, eq.
-(emp_density) with D_ω → diag(a) and D_{1−ω} → diag(b):
-
-=========  ==========  ==========  =======================================
-mode       a_i          b_i          pseudo-outcome
-=========  ==========  ==========  =======================================
-dr         ω_i          1 − ω_i      ω(φ(Y) − μ̂₀(X)) + μ̂₀(X)
-ipw        ω_i          0            ω φ(Y)
-pi         0            1            μ̂₀(X)
-onestep    1            0            φ(Y), regressed on V among the arm's D1 units
-=========  ==========  ==========  =======================================
-
-with ω_i = 1{A_i = a} / π̂_a(X_i).  The fitted object keeps the Cholesky
-factors of K_V + nλ₁I and K_X0 + mλ₀I; evaluations go through the compiled
-core block by block (:func:`ccme._backend.ridge_contract`).
+with ξ̂_i = a_i φ(Y_1i) + b_i μ̂₀(X_1i) and the coefficients (a, b) of the
+mode from :mod:`ccme.pseudo` (eq. emp_density with D_ω → diag(a) and
+D_{1−ω} → diag(b)).  The fitted fold-arm keeps the Cholesky factors of
+K_V + nλ₁I and K_X0 + mλ₀I; evaluations go through the compiled core block
+by block (:func:`ccme._backend.ridge_contract`).  Its second stage is a
+linear smoother, so it implements
+:class:`ccme.estimators.base.LinearSecondStage` for the bootstrap.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, field
 
 import numpy as np
-
-import numbers
 
 from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel, resolve_kernel
 from ..memory import check_allocation
+from ..pseudo import MODES, PseudoOutcome, pseudo_outcome, uses_first_stage
+from .base import CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned
 
-__all__ = ["RidgeEstimator", "RidgeFold", "RidgeFoldArm", "MODES", "RIDGE_DEFAULTS"]
+__all__ = ["RidgeEstimator", "RidgeFold", "RidgeFoldArm", "MODES", "RIDGE_DEFAULTS", "apply_first_stage"]
 
-MODES = ("dr", "ipw", "pi", "onestep")
 _EMPTY = np.zeros((0, 0))
+#: Doubles in one block of K(X1, X0) in :func:`apply_first_stage` (32 MiB).
+_CHUNK_DOUBLES = 1 << 22
 
 
-@dataclass
-class RidgeFoldArm:
+def apply_first_stage(X1, X0, kernel: Kernel, solved: np.ndarray, n_threads: int = 0) -> np.ndarray:
+    """K(X1, X0) @ ``solved``, a block of rows of X1 at a time: the first stage's prediction at X1.
+
+    With ``solved`` = (K_X0 + mλ₀I)⁻¹ F(Y0) for a feature F of the first-stage
+    outcomes, row i is ⟨μ̂₀(X1_i), F⟩, the feature of unit i's first-stage
+    prediction.  The tuning passes a low-rank solve, the bootstrap the exact one.
+    """
+    out = np.empty((len(X1), solved.shape[1]))
+    step = max(1, int(_CHUNK_DOUBLES // max(len(X0), 1)))
+    for s in range(0, len(X1), step):
+        block = _backend.gram(X1[s:s + step], X0, kernel.name, kernel.bandwidth_array, n_threads=n_threads)
+        out[s:s + step] = block @ solved
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class RidgeFoldArm(FoldArm, LinearSecondStage):
     """The ridge CCME of one arm fitted on one cross-fitting fold.
 
     Attributes
     ----------
     L_V : ndarray (n, n)
-        Cholesky factor of K_V + nλ₁I over the second-stage units.
+        Cholesky factor of K_V + sI over the second-stage units, s = :attr:`shift`.
     V1 : ndarray (n, d_v)
-    a, b : ndarray (n,)
-        Coefficients of φ(Y_1i) and of μ̂₀(X_1i) in the pseudo-outcome.
+    pseudo : PseudoOutcome
+        The second-stage rows and the coefficients (a, b) of φ(Y_1i) and μ̂₀(X_1i).
     Y1 : ndarray (n, d_y)
     X1 : ndarray (n, d_x)
-        Second-stage covariates of the outcome model (empty when b = 0).
+        Second-stage covariates of the outcome model (empty without a first stage).
     L_X0, X0, Y0 : ndarrays
         First-stage factor of K_X0 + mλ₀I, covariates and outcomes of the arm's D0 units.
+    shift : float
+        nλ₁ plus any jitter the second-stage factorisation needed.
     jitter : dict
         Jitter added to each factorisation (0 when none was needed).
-    atom_units : ndarray of int, optional
+    atom_units : ndarray of int
         The data row behind each atom (Y1's rows, then Y0's), in the order of :meth:`weights`.
     """
 
     L_V: np.ndarray
     V1: np.ndarray
     v_kernel: Kernel
-    a: np.ndarray
+    pseudo: PseudoOutcome
     Y1: np.ndarray
-    b: np.ndarray
     X1: np.ndarray
     L_X0: np.ndarray
     X0: np.ndarray
     Y0: np.ndarray
     x_kernel: Kernel
-    jitter: dict
+    shift: float
+    jitter: dict = field(default_factory=dict)
     atom_units: np.ndarray | None = None
+
+    @property
+    def a(self) -> np.ndarray:
+        return self.pseudo.a
+
+    @property
+    def b(self) -> np.ndarray:
+        return self.pseudo.b
+
+    @property
+    def atoms(self) -> np.ndarray:
+        return np.vstack([self.Y1, self.Y0])
 
     @property
     def n_atoms(self) -> int:
         return self.Y1.shape[0] + self.Y0.shape[0]
+
+    @property
+    def units(self) -> np.ndarray:
+        return self.pseudo.rows
+
+    def diagnostics(self) -> dict:
+        return {"jitter": max(self.jitter.values(), default=0.0)}
 
     def contract(self, V_eval, points, feature, y_kernel: Kernel, out, scale: float, n_threads: int = 0):
         """``out += scale × Σ_k c_k(v) F(y_k, point)`` by eq. (emp_density), in the compiled core."""
@@ -101,10 +131,36 @@ class RidgeFoldArm:
             x_kernel=self.x_kernel.name, x_bandwidth=self.x_kernel.bandwidth_array,
             V_eval=V_eval, n_threads=n_threads,
         )
-        return np.vstack([self.Y1, self.Y0]), np.vstack([c1, c0])
+        return self.atoms, np.vstack([c1, c0])
+
+    # -- the linear second stage (ccme.bootstrap) ---------------------------
+    def beta(self, V_eval, n_threads: int = 0) -> np.ndarray:
+        """β(v) = (K_V + sI)⁻¹ k_V(V1, v), shape (n_units, n_eval)."""
+        n = self.V1.shape[0]
+        beta, _ = _backend.ridge_weights(
+            L_V=self.L_V, V1=self.V1, v_kernel=self.v_kernel.name, v_bandwidth=self.v_kernel.bandwidth_array,
+            a=np.ones(n), b=np.zeros(n), X1=self.X1, L_X0=_EMPTY, X0=self.X0, x_kernel=self.x_kernel.name,
+            x_bandwidth=self.x_kernel.bandwidth_array, V_eval=V_eval, n_threads=n_threads,
+        )
+        return beta
+
+    def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
+        """P_i(y) = a_i F(Y1_i, y) + b_i ⟨μ̂₀(X1_i), F(·, y)⟩ (:meth:`ccme.pseudo.PseudoOutcome.features`)."""
+        name, bw = kernel.name, kernel.bandwidth_array
+        own = _backend.atom_features(self.Y1, points, feature, name, bw, n_threads)
+        first = None
+        if self.pseudo.has_first_stage and self.L_X0.shape[0] > 0:
+            F0 = _backend.atom_features(self.Y0, points, feature, name, bw, n_threads)
+            solved = _backend.cholesky_solve(self.L_X0, F0, n_threads)  # (K_X0 + mλ₀I)⁻¹ F0
+            first = apply_first_stage(self.X1, self.X0, self.x_kernel, solved, n_threads)
+        return self.pseudo.features(own, first)
+
+    def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
+        """(I − H) P = s (K_V + sI)⁻¹ P, H = K_V (K_V + sI)⁻¹ the second stage's hat matrix."""
+        return self.shift * _backend.cholesky_solve(self.L_V, P, n_threads)
 
 
-class RidgeFold:
+class RidgeFold(FoldFit):
     """One cross-fitting fold of the ridge CCME (Algorithm "Kernel Ridge Regression Estimator").
 
     The second-stage factor of K_V + nλ₁I over D1, shared by both arms, is
@@ -115,78 +171,58 @@ class RidgeFold:
 
     Parameters
     ----------
-    mode : {"dr", "ipw", "pi", "onestep"}
-    V, Xo, Y, A : ndarrays over all units
-        Conditioning variables, outcome-model covariates, outcomes, treatment.
-    target, nuisance : index arrays
-        D1 (second stage) and D0 (first stage).
-    scores_target : ndarray
-        Clipped π̂(X) on D1 (fitted on D0).
-    v_kernel, x_kernel : Kernel
-    lam0, lam1 : dict arm -> float
-        Ridge penalties in the paper's convention K + nλI.
+    params : Parameters
+        ``kernels["v"]``, ``kernels["x"]``, ``lam0``, ``lam1`` ({arm: λ}, K + nλI).
+    data : CrossFitData
+    fold : ccme.crossfit.Fold
     """
 
-    def __init__(self, *, mode, V, Xo, Y, A, target, nuisance, scores_target, v_kernel, x_kernel, lam0, lam1,
-                 n_threads=0):
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}")
-        self.mode = mode
-        self.V, self.Xo, self.Y, self.A = V, Xo, Y, A
-        self.target, self.nuisance = target, nuisance
-        self.scores_target = scores_target
-        self.v_kernel, self.x_kernel = v_kernel, x_kernel
-        self.lam0, self.lam1 = lam0, lam1
-        self.n_threads = n_threads
+    def __init__(self, params: Parameters, data: CrossFitData, fold):
+        self.data, self.fold = data, fold
+        self.v_kernel, self.x_kernel = params.kernels["v"], params.kernels["x"]
+        self.lam0, self.lam1 = params["lam0"], params["lam1"]
         self._second_stage = {}  # λ₁ -> (L_V, jitter): one factor serves both arms when their λ₁ agree
-        if mode != "onestep":
-            self._factor_second_stage(lam1[1])
+        if data.mode != "onestep":
+            self._factor_second_stage(self.lam1[1])
 
     def _factor_second_stage(self, lam):
         if lam not in self._second_stage:
-            rows = self.target
-            self._second_stage[lam] = _guarded_factor(self.V[rows], self.v_kernel, len(rows) * lam, self.n_threads,
+            rows = self.fold.target
+            self._second_stage[lam] = _guarded_factor(self.data.design.V[rows], self.v_kernel, len(rows) * lam,
+                                                      self.data.n_threads,
                                                       "the second-stage Cholesky factor of K_V + nλ₁I")
         return self._second_stage[lam]
 
     def arm(self, arm: int) -> RidgeFoldArm:
-        """Build arm ``arm``'s estimator on this fold (the pseudo-outcome table in the module docstring)."""
-        V, Xo, Y, A, target, nuisance = self.V, self.Xo, self.Y, self.A, self.target, self.nuisance
-        in_arm = A[target] == arm
+        """Build arm ``arm``'s estimator on this fold (the pseudo-outcome table of :mod:`ccme.pseudo`)."""
+        data, fold = self.data, self.fold
+        design, Xo = data.design, data.Xo
+        V, Y, A = design.V, design.Y, design.A
+        target = fold.target
+        pseudo = pseudo_outcome(data.mode, arm, A=A, target=target, scores_target=data.scores[target])
+        rows = pseudo.rows
         no_x = np.zeros((0, Xo.shape[1]))
         no_y = np.zeros((0, Y.shape[1]))
-        if self.mode == "onestep":
-            rows = target[in_arm]
-            L_V, jit_v = _guarded_factor(V[rows], self.v_kernel, len(rows) * self.lam1[arm], self.n_threads,
+        if data.mode == "onestep":
+            shift = len(rows) * self.lam1[arm]
+            L_V, jit_v = _guarded_factor(V[rows], self.v_kernel, shift, data.n_threads,
                                          "the one-step Cholesky factor of K_V + nλ₁I")
-            return RidgeFoldArm(
-                L_V=L_V, V1=V[rows], v_kernel=self.v_kernel, a=np.ones(len(rows)), Y1=Y[rows],
-                b=np.zeros(len(rows)), X1=no_x, L_X0=_EMPTY, X0=no_x, Y0=no_y, x_kernel=self.x_kernel,
-                jitter={"V": jit_v}, atom_units=rows,
-            )
-        n = len(target)
-        L_V, jit_v = self._factor_second_stage(self.lam1[arm])
-        p_arm = self.scores_target if arm == 1 else 1.0 - self.scores_target
-        omega = in_arm / p_arm
-        if self.mode == "dr":
-            a, b = omega, 1.0 - omega
-        elif self.mode == "ipw":
-            a, b = omega, np.zeros(n)
-        else:  # "pi"
-            a, b = np.zeros(n), np.ones(n)
+        else:
+            shift = len(rows) * self.lam1[arm]
+            L_V, jit_v = self._factor_second_stage(self.lam1[arm])
         jitter = {"V": jit_v}
-        if np.any(b != 0):
-            rows0 = nuisance[A[nuisance] == arm]
-            L_X0, jitter["X"] = _guarded_factor(Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm], self.n_threads,
-                                                "the first-stage Cholesky factor of K_X0 + mλ₀I")
-            X1, X0, Y0 = Xo[target], Xo[rows0], Y[rows0]
+        if pseudo.has_first_stage:
+            rows0 = fold.nuisance[A[fold.nuisance] == arm]
+            L_X0, jitter["X"] = _guarded_factor(Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm],
+                                                data.n_threads, "the first-stage Cholesky factor of K_X0 + mλ₀I")
+            X1, X0, Y0 = Xo[rows], Xo[rows0], Y[rows0]
         else:
             L_X0, X1, X0, Y0 = _EMPTY, no_x, no_x, no_y
             rows0 = np.zeros(0, dtype=np.intp)
         return RidgeFoldArm(
-            L_V=L_V, V1=V[target], v_kernel=self.v_kernel, a=np.ascontiguousarray(a, dtype=np.float64),
-            Y1=Y[target], b=np.ascontiguousarray(b, dtype=np.float64), X1=X1, L_X0=L_X0, X0=X0, Y0=Y0,
-            x_kernel=self.x_kernel, jitter=jitter, atom_units=np.concatenate([target, rows0]),
+            L_V=L_V, V1=V[rows], v_kernel=self.v_kernel, pseudo=pseudo, Y1=Y[rows], X1=X1, L_X0=L_X0, X0=X0,
+            Y0=Y0, x_kernel=self.x_kernel, shift=shift + jit_v, jitter=jitter,
+            atom_units=np.concatenate([rows, rows0]),
         )
 
 
@@ -211,7 +247,7 @@ def factor_bytes(mode: str, A: np.ndarray, folds, shared_second_stage: bool = Tr
             total += sum(float(np.sum(A[fold.target] == arm)) ** 2 for arm in (1, 0))
             continue
         total += (1 if shared_second_stage else 2) * float(len(fold.target)) ** 2
-        if mode in ("dr", "pi"):
+        if uses_first_stage(mode):
             total += sum(float(np.sum(A[fold.nuisance] == arm)) ** 2 for arm in (1, 0))
     return 8.0 * total
 
@@ -232,16 +268,17 @@ RIDGE_DEFAULTS = {
 }
 
 
-class RidgeEstimator:
+class RidgeEstimator(Estimator):
     """``method="ridge"``: kernel ridge regression in both stages (see the module docstring)."""
 
     name = "ridge"
     title = "kernel ridge regression"
     defaults = RIDGE_DEFAULTS
     aliases = {"lam": ("lam0", "lam1"), "kernel": ("x_kernel", "v_kernel")}
+    supports_bootstrap = True
 
-    def prepare(self, options: dict, *, design, Xo, seed: int) -> dict:
-        return {
+    def prepare(self, options: dict, *, design, Xo, seed: int) -> Parameters:
+        return Parameters({
             "kernels": {
                 "x": resolve_kernel(options["x_kernel"], options["x_bandwidth"], Xo, what="x_bandwidth", seed=seed),
                 "v": resolve_kernel(options["v_kernel"], options["v_bandwidth"], design.V, what="v_bandwidth",
@@ -251,32 +288,43 @@ class RidgeEstimator:
             },
             "lam0": per_arm_positive(options["lam0"], "lam0"),
             "lam1": per_arm_positive(options["lam1"], "lam1"),
-        }
+        })
 
-    def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> RidgeFold:
-        return RidgeFold(
-            mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target, nuisance=fold.nuisance,
-            scores_target=scores_target, v_kernel=prepared["kernels"]["v"], x_kernel=prepared["kernels"]["x"],
-            lam0=prepared["lam0"], lam1=prepared["lam1"], n_threads=n_threads,
-        )
+    def tune(self, params: Parameters, *, data: CrossFitData, folds, grids: dict, seeds, auto: bool) -> Tuned:
+        """λ₀, λ₁ (and X/V bandwidth factors) by exact leave-one-out (:func:`ccme.tuning.tune_ridge`)."""
+        from ..tuning import TuningReport, tune_ridge
 
-    def memory_bytes(self, prepared, *, mode, A, folds) -> float:
+        if not any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
+            return Tuned(params, TuningReport())
+        params, report = tune_ridge(data=data, folds=folds, params=params, grids=grids)
+        return Tuned(params, report)
+
+    def fit_fold(self, params: Parameters, *, data: CrossFitData, fold, seed: int, prebuilt=None) -> RidgeFold:
+        return RidgeFold(params, data, fold)
+
+    def memory_bytes(self, params: Parameters, *, mode, A, folds) -> float:
         """Bytes of the Cholesky factors the fit will hold (:func:`factor_bytes`), checked before fitting."""
-        return factor_bytes(mode, A, folds, shared_second_stage=prepared["lam1"][1] == prepared["lam1"][0])
+        return factor_bytes(mode, A, folds, shared_second_stage=params["lam1"][1] == params["lam1"][0])
 
-    def describe(self, prepared, result) -> list:
-        k = prepared["kernels"]
+    def describe(self, params: Parameters, *, design, outcome_columns, embeddings) -> list:
+        k = params.kernels
         return [
             ("Kernels", [
-                ("X (outcome model)", k["x"].describe(result.outcome_columns)),
-                ("V (second stage)", k["v"].describe(result.design.v_names)),
-                ("Y (outcome)", k["y"].describe(result.design.y_names)),
+                ("X (outcome model)", k["x"].describe(outcome_columns)),
+                ("V (second stage)", k["v"].describe(design.v_names)),
+                ("Y (outcome)", k["y"].describe(design.y_names)),
             ]),
             ("Penalties (K + n*lambda*I)", [
-                ("lambda0 (stage 1)", _per_arm_text(prepared["lam0"])),
-                ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"])),
+                ("lambda0 (stage 1)", _per_arm_text(params["lam0"])),
+                ("lambda1 (stage 2)", _per_arm_text(params["lam1"])),
             ]),
         ]
+
+    def diagnostics(self, embeddings) -> list:
+        jitters = [part.diagnostics()["jitter"] for emb in embeddings.values() for part in emb.parts]
+        if any(j > 0 for j in jitters):
+            return [("Numerics", [("Cholesky jitter", f"up to {max(jitters):.3g} added")])]
+        return []
 
 
 def per_arm_positive(value, name: str) -> dict:

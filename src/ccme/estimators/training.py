@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CcmeError, ParameterError
+from ..pseudo import pseudo_outcome
+from .base import FoldFit, Estimator, Parameters, Tuned
 
 __all__ = [
     "MissingDependencyError",
@@ -403,55 +405,64 @@ def describe_training(settings: TrainingSettings) -> list:
     ]
 
 
-class NeuralFold:
+class NeuralFold(FoldFit):
     """One cross-fitting fold of a neural estimator: ``arm(a)`` trains that arm's networks.
 
-    :class:`ccme.embedding.ArmEmbedding` calls ``arm`` once per arm, on the
-    arm's first use, so a user who only asks about Y¹ trains only its networks
-    (with tuning on, the tuning fold's arms are trained during ``ccme.fit``
-    and kept in ``prebuilt``).
+    :class:`ccme.Embedding` calls ``arm`` once per arm, on the arm's first
+    use, so a user who only asks about Y¹ trains only its networks.  Arms the
+    tuning already trained on this fold with the chosen values
+    (:class:`ccme.estimators.base.Tuned`) are passed as ``prebuilt``.
     """
 
-    def __init__(self, build, **data):
+    def __init__(self, build, prebuilt=None, **data):
         self._build = build
         self._data = data
-        #: Arms already trained (by the tuning on this fold, :mod:`ccme.estimators.neural_tuning`).
-        self.prebuilt = {}
+        self._prebuilt = dict(prebuilt or {})
 
     def arm(self, arm: int):
-        if arm in self.prebuilt:
-            return self.prebuilt[arm]
+        if arm in self._prebuilt:
+            return self._prebuilt[arm]
         return self._build(arm=arm, **self._data)
 
 
-class NeuralEstimator(ABC):
-    """What both neural estimators share: ``fit_fold`` returns a :class:`NeuralFold` over ``build_arm``."""
+class NeuralEstimator(Estimator):
+    """What both neural estimators share: tuning by validation loss, and ``fit_fold`` over ``build_arm``."""
 
     @staticmethod
     @abstractmethod
     def build_arm(**kwargs):
         """Train and return one fold-and-arm estimator (each neural estimator sets its builder)."""
 
-    def fit_fold(self, prepared, *, mode, design, Xo, fold, scores_target, seed, n_threads=0) -> NeuralFold:
+    def tune(self, params, *, data, folds, grids: dict, seeds, auto: bool) -> Tuned:
+        """Validation-loss selection on the first fold (:func:`ccme.estimators.neural_tuning.tune_neural`).
+
+        The first fold's arms, trained with the chosen values and that fold's
+        seed, are returned as prebuilt: the cross-fitting keeps them.
+        """
+        from .neural_tuning import tune_neural
+
+        fold = folds[0]
+        chosen, report, arms = tune_neural(
+            self, mode=data.mode, design=data.design, Xo=data.Xo, fold=fold,
+            scores_target=data.scores[fold.target], prepared=params, grids=grids, seed=int(seeds[0]), auto=auto,
+            n_threads=data.n_threads,
+        )
+        prebuilt = {(fold.index, arm): est for arm, est in (arms or {}).items()}
+        return Tuned(Parameters(chosen), report, prebuilt)
+
+    def fit_fold(self, params, *, data, fold, seed: int, prebuilt=None) -> NeuralFold:
+        design = data.design
         return NeuralFold(
-            type(self).build_arm, mode=mode, V=design.V, Xo=Xo, Y=design.Y, A=design.A, target=fold.target,
-            nuisance=fold.nuisance, scores_target=scores_target, prepared=prepared, seed=seed,
-            fold_index=fold.index, n_threads=n_threads,
+            type(self).build_arm, prebuilt=prebuilt, mode=data.mode, V=design.V, Xo=data.Xo, Y=design.Y,
+            A=design.A, target=fold.target, nuisance=fold.nuisance, scores_target=data.scores[fold.target],
+            prepared=params, seed=seed, fold_index=fold.index, n_threads=data.n_threads,
         )
 
 
-def pseudo_outcome_coefficients(mode: str, arm: int, in_arm: np.ndarray, scores_target: np.ndarray):
-    """(a, b) of ξ_i = a_i φ(Y_i) + b_i μ̂₀(X_i) on the second-stage units (table in :mod:`ccme.estimators.ridge`)."""
-    p_arm = scores_target if arm == 1 else 1.0 - scores_target
-    omega = in_arm / p_arm
-    n = len(in_arm)
-    if mode == "dr":
-        return omega, 1.0 - omega
-    if mode == "ipw":
-        return omega, np.zeros(n)
-    if mode == "pi":
-        return np.zeros(n), np.ones(n)
-    raise ParameterError(f"no pseudo-outcome for mode {mode!r}")
+def pseudo_outcome_coefficients(mode: str, arm: int, A: np.ndarray, target: np.ndarray, scores_target: np.ndarray):
+    """(a, b) of ξ_i = a_i φ(Y_i) + b_i μ̂₀(X_i) on the second-stage units, from :mod:`ccme.pseudo`."""
+    pseudo = pseudo_outcome(mode, arm, A=A, target=target, scores_target=scores_target)
+    return pseudo.a, pseudo.b
 
 
 def network_outputs(net, standardizer: Standardizer, Z: np.ndarray, dtype, device) -> np.ndarray:

@@ -1,0 +1,133 @@
+"""The pseudo-outcomes of the four modes: one table, used by every estimator, the tuning and the bootstrap.
+
+The second stage of every CCME estimator regresses, on V, pseudo-outcomes
+of the form
+
+    ξ̂_i = a_i φ(Y_i) + b_i μ̂₀(X_i),
+
+μ̂₀ the first-stage (nuisance) embedding of the arm's outcome given X and
+ω_i = 1{A_i = a} / π̂_a(X_i) (paper, eq. pseudo_outcome and eq. emp_density
+with D_ω → diag(a), D_{1−ω} → diag(b)):
+
+=========  ==========  ==========  =======================================
+mode       a_i          b_i          pseudo-outcome
+=========  ==========  ==========  =======================================
+dr         ω_i          1 − ω_i      ω(φ(Y) − μ̂₀(X)) + μ̂₀(X)
+ipw        ω_i          0            ω φ(Y)
+pi         0            1            μ̂₀(X)
+onestep    1            0            φ(Y), regressed on V among the arm's units
+=========  ==========  ==========  =======================================
+
+The doubly robust, IPW and plug-in regressions run over every unit of the
+fold's second-stage part; the one-step regression only over the arm's units
+there (it is the naive regression of the observed outcome, with no
+confounding adjustment beyond V).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ParameterError
+
+__all__ = ["MODES", "MODE_NAMES", "PseudoOutcome", "pseudo_outcome", "uses_first_stage", "uses_propensity",
+           "check_mode"]
+
+MODES = ("dr", "ipw", "pi", "onestep")
+MODE_NAMES = {
+    "dr": "doubly robust",
+    "ipw": "inverse propensity weighting",
+    "pi": "plug-in",
+    "onestep": "one-step",
+}
+
+
+def check_mode(mode) -> str:
+    """``mode`` if it is one of :data:`MODES`, else a ParameterError naming the choices."""
+    if mode not in MODES:
+        raise ParameterError(f"`mode` must be one of {list(MODES)}; got {mode!r}")
+    return mode
+
+
+def uses_first_stage(mode: str) -> bool:
+    """Whether the mode's pseudo-outcome involves μ̂₀ (b ≠ 0): dr and pi."""
+    return mode in ("dr", "pi")
+
+
+def uses_propensity(mode: str) -> bool:
+    """Whether the mode weights by 1/π̂ (a = ω): dr and ipw."""
+    return mode in ("dr", "ipw")
+
+
+@dataclass(frozen=True)
+class PseudoOutcome:
+    """The pseudo-outcomes of one arm on one fold's second-stage part.
+
+    Attributes
+    ----------
+    rows : ndarray of int
+        The data rows of the second-stage regression, in order.
+    a, b : ndarray (len(rows),)
+        Coefficients of φ(Y_i) and of μ̂₀(X_i) (the table in the module docstring).
+    """
+
+    rows: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+
+    @property
+    def has_first_stage(self) -> bool:
+        """Whether any unit's pseudo-outcome involves μ̂₀."""
+        return bool(np.any(self.b != 0))
+
+    def features(self, own: np.ndarray, first_stage=None) -> np.ndarray:
+        """Per-unit features of ξ̂: a_i F(Y_i) + b_i F(μ̂₀(X_i)), shape (len(rows), q).
+
+        ``own`` holds the feature of each unit's own outcome, ``first_stage``
+        (needed when :attr:`has_first_stage`) that of its first-stage
+        prediction μ̂₀(X_i), both with one row per unit of :attr:`rows`.
+        """
+        out = self.a[:, None] * own
+        if self.has_first_stage:
+            if first_stage is None:
+                raise ValueError("the pseudo-outcome involves the first stage: pass its features")
+            out = out + self.b[:, None] * first_stage
+        return out
+
+
+def pseudo_outcome(mode: str, arm: int, *, A: np.ndarray, target: np.ndarray, scores_target: np.ndarray) -> PseudoOutcome:
+    """The pseudo-outcome coefficients of ``arm`` on the second-stage rows ``target``.
+
+    Parameters
+    ----------
+    mode : {"dr", "ipw", "pi", "onestep"}
+    arm : {1, 0}
+    A : ndarray (n,)
+        Treatment of every unit (0/1).
+    target : ndarray of int
+        The fold's second-stage rows (D1).
+    scores_target : ndarray (len(target),)
+        Clipped π̂(X) = P̂(A = 1 | X) on those rows, fitted on the other folds.
+
+    Returns
+    -------
+    PseudoOutcome
+    """
+    in_arm = A[target] == arm
+    if mode == "onestep":
+        rows = target[in_arm]
+        return PseudoOutcome(rows=rows, a=np.ones(len(rows)), b=np.zeros(len(rows)))
+    check_mode(mode)
+    n = len(target)
+    p_arm = scores_target if arm == 1 else 1.0 - scores_target
+    omega = in_arm / p_arm
+    if mode == "dr":
+        a, b = omega, 1.0 - omega
+    elif mode == "ipw":
+        a, b = omega, np.zeros(n)
+    else:  # "pi"
+        a, b = np.zeros(n), np.ones(n)
+    return PseudoOutcome(rows=target, a=np.ascontiguousarray(a, dtype=np.float64),
+                         b=np.ascontiguousarray(b, dtype=np.float64))
