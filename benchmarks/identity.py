@@ -23,6 +23,16 @@ import numpy as np
 import ccme
 
 
+#: Summary lines whose wording changed on purpose in the redesign (the call
+#: hints follow the keyword-only API); every other line must be identical.
+_EXPECTED_TEXT = {
+    "  Test  res.test_effect(newdata) or res.summary(n_boot=499) for p-values (multiplier bootstrap)":
+        "  Test  res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)",
+    "Densities: res.density(y, newdata, arm); CDFs: res.cdf(...); plot: res.plot()":
+        "Densities: res.density(y, newdata=..., arm=...); CDFs: res.cdf(...); plot: res.plot()",
+}
+
+
 def _cases():
     yield "ridge-dr", dict(method="ridge", mode="dr", tune="none")
     yield "ridge-ipw", dict(method="ridge", mode="ipw", tune="none")
@@ -73,6 +83,9 @@ def main(argv=None) -> int:
         print(f"saved {len(now)} arrays to {args.save}")
         return 0
     ref = dict(np.load(args.compare))
+    for key in ref:
+        if key.endswith("/summary"):
+            ref[key] = np.array([_EXPECTED_TEXT.get(line, line) for line in ref[key].tolist()])
     bad = 0
     for key in sorted(ref):
         if key not in now:
