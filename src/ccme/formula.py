@@ -105,6 +105,9 @@ class Design:
     _v_spec: object = field(default=None, repr=False, compare=False)
     _x3_spec: object = field(default=None, repr=False, compare=False)
 
+    #: At most this many profiles when V is purely categorical (one per combination of levels).
+    MAX_LEVEL_PROFILES = 10
+
     @property
     def n(self) -> int:
         return self.Y.shape[0]
@@ -126,28 +129,83 @@ class Design:
         return _encode_with_spec(self._v_spec, newdata, self.v_variables, "newdata")
 
     def profiles(self, quantiles=(0.25, 0.5, 0.75)) -> pd.DataFrame:
-        """Rows of V's raw columns at quantiles: numeric columns at the quantile, others at their mode."""
-        rows = {}
+        """Typical rows of V's raw columns, for summaries and plots.
+
+        Parameters
+        ----------
+        quantiles : sequence of float in [0, 1]
+            One profile per quantile when V has a numeric column.
+
+        Returns
+        -------
+        DataFrame
+            One row per profile, one column per raw variable of V.
+
+            - V with a numeric column: the rows ``q25``, ``q50``, ... hold each
+              numeric column at that quantile; a categorical column (strings,
+              booleans, pandas categoricals) takes its levels in order of
+              decreasing frequency, one per profile, starting again from the
+              most frequent when it has fewer levels than there are profiles.
+              So three profiles of V = (age, sex) show both sexes, and a
+              categorical column never sits at its mode in every row.
+            - V purely categorical: ``quantiles`` means nothing there, so there
+              is one profile per combination of levels seen in the data, the
+              most frequent first, at most :attr:`MAX_LEVEL_PROFILES` of them;
+              the rows are named ``"column=level"`` (joined by ``", "``).
+
+            To compare the levels of a categorical column at fixed values of
+            the numeric ones, build ``newdata`` with those rows yourself.
+        """
+        quantiles = list(np.atleast_1d(np.asarray(quantiles, dtype=float)))
+        if not quantiles:
+            raise DataError("`quantiles` must hold at least one value in [0, 1]; got none")
         for q in quantiles:
             if not 0.0 <= q <= 1.0:
                 raise DataError(f"quantiles must lie in [0, 1]; got {q!r}")
-            row = {}
-            for name in self.v_variables:
-                column = self.v_frame[name]
-                if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
-                    row[name] = float(column.quantile(q))
-                else:
-                    row[name] = column.mode().iloc[0]
-            rows[f"q{round(100 * q):02d}"] = row
-        frame = pd.DataFrame.from_dict(rows, orient="index")
+        numeric = [name for name in self.v_variables if _is_numeric(self.v_frame[name])]
+        categorical = [name for name in self.v_variables if name not in numeric]
+        if numeric:
+            rows = {}
+            # Levels by decreasing frequency (ties in the order of first appearance), unseen categories left out.
+            levels = {name: _levels_by_frequency(self.v_frame[name]) for name in categorical}
+            for k, q in enumerate(quantiles):
+                row = {}
+                for name in self.v_variables:
+                    if name in levels:
+                        row[name] = levels[name][k % len(levels[name])]
+                    else:
+                        row[name] = float(self.v_frame[name].quantile(q))
+                rows[f"q{round(100 * q):02d}"] = row
+            frame = pd.DataFrame.from_dict(rows, orient="index")
+        else:
+            counts = self.v_frame.groupby(list(self.v_variables), observed=True, sort=False, dropna=True).size()
+            counts = counts.sort_values(ascending=False, kind="stable").iloc[: self.MAX_LEVEL_PROFILES]
+            combos = [key if isinstance(key, tuple) else (key,) for key in counts.index]
+            frame = pd.DataFrame(combos, columns=list(self.v_variables))
+            frame.index = [", ".join(f"{n}={v}" for n, v in zip(self.v_variables, combo)) for combo in combos]
         for name in self.v_variables:
             if isinstance(self.v_frame[name].dtype, pd.CategoricalDtype):
                 frame[name] = pd.Categorical(frame[name], categories=self.v_frame[name].cat.categories)
+            elif pd.api.types.is_bool_dtype(self.v_frame[name]):
+                frame[name] = frame[name].astype(bool)
         return frame
 
     def columns_of(self, variables) -> np.ndarray:
         """Indices of X's columns that derive from the given raw variables."""
         return _columns_of(self, variables)
+
+
+def _is_numeric(column: pd.Series) -> bool:
+    """Whether a raw column is a number (booleans, strings and categoricals are levels)."""
+    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+
+
+def _levels_by_frequency(column: pd.Series) -> list:
+    """The levels present in ``column``, most frequent first (ties in order of first appearance)."""
+    present = column.dropna()
+    order = list(pd.unique(present))
+    counts = present.value_counts(sort=False)
+    return sorted(order, key=lambda level: -int(counts[level]))  # sorted() is stable
 
 
 def parse_formula(text: str, columns) -> Formula:
@@ -267,6 +325,91 @@ def _check_finite(data: pd.DataFrame, variables, na_action: str) -> tuple[pd.Dat
     )
 
 
+#: A text column with more levels than this fraction of the rows draws a DataWarning (from MANY_LEVELS_MIN_ROWS rows on).
+MANY_LEVELS_FRACTION = 0.5
+MANY_LEVELS_MIN_ROWS = 20
+# Thousands separators seen in numbers written as text: comma, apostrophe, (narrow) no-break and thin spaces, blank.
+_THOUSANDS = re.compile(r"[,'\u00a0\u202f\u2009 _]")
+
+
+def _warn_many_levels(data: pd.DataFrame, variables) -> None:
+    """Warn about text columns with nearly as many levels as rows.
+
+    A column of strings is categorical: one indicator column per level.  With
+    more levels than half the rows most levels hold a single unit, so nothing
+    can be learned from them; such a column is almost always an identifier,
+    free text, or numbers stored as text (what CSV readers produce from
+    ``"1,234"`` unless told the thousands separator).  The threshold (more than
+    ``MANY_LEVELS_FRACTION`` · n levels, n ≥ ``MANY_LEVELS_MIN_ROWS``) leaves
+    genuine categoricals alone: they repeat their levels.
+    """
+    n = len(data)
+    if n < MANY_LEVELS_MIN_ROWS:
+        return
+    for name in variables:
+        column = data[name]
+        if not (pd.api.types.is_object_dtype(column) or pd.api.types.is_string_dtype(column)):
+            continue
+        if isinstance(column.dtype, pd.CategoricalDtype):  # a categorical made on purpose
+            continue
+        n_levels = int(column.nunique(dropna=True))
+        if n_levels <= MANY_LEVELS_FRACTION * n:
+            continue
+        present = column.dropna().astype(str)
+        as_numbers = pd.to_numeric(present.str.replace(_THOUSANDS, "", regex=True), errors="coerce")
+        if len(present) and as_numbers.notna().mean() >= 0.9:
+            example = present.iloc[int(np.argmax(present.str.len().to_numpy()))]
+            cause = (
+                f"its values look like numbers stored as text (e.g. {example!r}), as a CSV reader gives them when "
+                "they have thousands separators: read the file with pandas.read_csv(..., thousands=',') "
+                "(and decimal=',' for decimal commas) or convert the column with pd.to_numeric"
+            )
+        else:
+            cause = (
+                "it looks like an identifier or free text: leave it out of the formula, or convert it to numbers "
+                "if it is a quantity"
+            )
+        warnings.warn(
+            f"column {name!r} is text with {n_levels} distinct levels in {n} rows, so it is encoded as a "
+            f"categorical with {n_levels} indicator columns; {cause}",
+            DataWarning,
+            stacklevel=4,
+        )
+
+
+#: Encoded values beyond this magnitude (or below its reciprocal, unless zero) are an error: see _check_magnitude.
+MAX_MAGNITUDE = 1e150
+
+
+def _check_magnitude(M: np.ndarray, names, role: str) -> None:
+    """Reject columns whose squares leave float64's range.
+
+    ccme standardises columns (the median heuristic, the logistic propensity),
+    computes variances and squared distances: all square the values.  Beyond
+    ``MAX_MAGNITUDE`` (1e150) squares of differences and their sums over the
+    columns could overflow to inf, and the NaN that follows would surface deep
+    inside (scikit-learn's "Input X contains NaN"); below 1e-150 the squares
+    underflow to zero and a varying column would pass for a constant.  The
+    estimates are equivariant to a column's scale, so rescaling loses nothing.
+    """
+    if M.size == 0:
+        return
+    top = np.max(np.abs(M), axis=0)
+    spread = np.ptp(M, axis=0)
+    problems = []
+    for j, name in enumerate(names):
+        if top[j] > MAX_MAGNITUDE:
+            problems.append(f"{name!r} (values up to {top[j]:.3g} in magnitude)")
+        elif 0 < spread[j] and top[j] < 1.0 / MAX_MAGNITUDE:
+            problems.append(f"{name!r} (values no larger than {top[j]:.3g} in magnitude)")
+    if problems:
+        raise DataError(
+            f"the {role} column(s) {', '.join(problems)} are outside the range ccme can square without overflow "
+            f"or underflow ({1.0 / MAX_MAGNITUDE:g} to {MAX_MAGNITUDE:g} in magnitude, after the formula's "
+            "transforms); rescale them (e.g. divide by a power of ten, or take logs)"
+        )
+
+
 def _treatment_column(data: pd.DataFrame, name: str, treated) -> tuple[np.ndarray, Treatment]:
     if name not in data.columns:
         raise FormulaError(f"the treatment {name!r} is not a column of the data (write the column's name itself)")
@@ -359,6 +502,8 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
         raise DataError("no rows are left after dropping missing values")
 
     a, treatment = _treatment_column(frame, formula.treatment, treated)
+    # Before encoding: a text column with a level per row would become n indicator columns.
+    _warn_many_levels(frame, [c for c in all_vars if c != formula.treatment])
     # Raw columns were checked above; what the transforms make of them
     # (np.log(x) at x <= 0) is checked by _finite_rows below, with na_action.
     y_mm = _materialize(formulaic, parser, outcome_part, frame, "outcome", na_action="ignore")
@@ -385,6 +530,8 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
         Y, V, X, a = Y[keep_rows], V[keep_rows], X[keep_rows], a[keep_rows]
         frame = frame.iloc[np.flatnonzero(keep_rows)]
         n_dropped += dropped
+    _check_magnitude(Y, tuple(str(c) for c in y_mm.columns), "outcome")
+    _check_magnitude(X, tuple(x_names), "covariates")
     return Design(
         formula=formula,
         Y=Y,

@@ -154,6 +154,6 @@ def paper_simulation_ise(res, *, arm: int = 1, n_test: int = 1000, grid=None, se
         grid = np.linspace(res.design.Y.min() - 2.0, res.design.Y.max() + 2.0, 1000)
     V = np.random.default_rng(seed).normal(1.0, 1.0, size=(n_test, 5))
     newdata = pd.DataFrame(V, columns=[f"x{j}" for j in range(1, 6)])
-    estimate = res.density(grid, newdata, arm=arm)
+    estimate = res.density(grid, newdata=newdata, arm=arm)
     truth = paper_simulation_density(grid, V, arm=arm)
     return float(np.mean(np.trapezoid((estimate - truth) ** 2, grid, axis=1)))
