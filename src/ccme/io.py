@@ -1,213 +1,374 @@
-"""Safe serialisation of fitted results: ``res.save(path)`` and ``ccme.load(path)``.
+"""The file codec of ccme: a *state* (plain values and NumPy arrays) in one ZIP archive, without pickle.
 
-A saved result is one ZIP archive that loading cannot turn into code
-execution: no pickle anywhere.
+This module knows no ccme class.  Each ccme type that can be saved turns
+itself into a state with ``to_state()`` and back with the classmethod
+``from_state(state)``; this module writes a state to a file and reads it
+back, checking it.  Because a type writes an explicit state rather than its
+attributes, adding an attribute to a class does not change the file format;
+changing what a type stores means raising its schema version.
+
+States
+------
+A state is a tree of
+
+- ``dict`` with ``str`` keys.  ccme keys some mappings by int (the arms 1 and
+  0): a type's ``to_state`` writes such keys as ``"1"`` / ``"0"``
+  (:func:`str_keys`) and its ``from_state`` turns them back
+  (:func:`int_keys`); the codec refuses any other key type, so a key never
+  changes type silently on the way through a file.  Key order is kept.
+- ``list`` (tuples, sets and other containers are refused: ``to_state``
+  converts them, and ``from_state`` restores them, so that what is read is
+  exactly what was written);
+- ``str``, ``int``, ``float`` (NaN and ±inf included), ``bool`` and ``None``;
+- NumPy scalars of bool and numeric dtypes, which come back with their dtype
+  (``np.float32(0.1)`` reads back as ``np.float32(0.1)``);
+- NumPy arrays of bool and numeric dtypes (``b``, ``i``, ``u``, ``f``,
+  ``c``), which come back bit for bit with their dtype, byte order, shape
+  and memory order.  Object, string, structured and date-time arrays are
+  refused.
+
+Typed states
+------------
+The state of a ccme type is a dict with ``"schema"`` (the type's name, e.g.
+``"ccme.Formula"``) and ``"version"`` (an int raised whenever the type's
+state changes meaning), built with :func:`make_state`.  A type's
+``from_state`` starts with :func:`check_schema`, which raises
+:class:`~ccme.errors.FormatError` naming the version found and the version(s)
+this ccme reads, and saying to fit the model again, when they differ.  A
+parent nests the states of its children under its own keys (a list of
+states for a list of children) and rebuilds them with each child type's
+``from_state``, which checks the child's own schema.
+
+Files
+-----
+One ZIP archive holding
 
 ``ccme.json``
-    The metadata, JSON: ``format`` ("ccme.result"), ``format_version``, the
-    ``ccme_version`` that wrote it, a manifest of the arrays (entry, dtype,
-    shape, SHA-256 of the entry's bytes) and ``result``, the result's
-    attributes as a tree of JSON values and tagged objects (see below).
+    UTF-8 JSON: ``format`` (:data:`FORMAT`), ``format_version``
+    (:data:`FORMAT_VERSION`), ``ccme_version`` (of the writer), ``arrays`` (a
+    manifest: entry name → dtype, shape, SHA-256 of the entry's bytes and,
+    for a packed factor, ``tril``) and ``state``, the tree with its arrays
+    and special values replaced by tagged JSON objects (a ``"$"`` key):
+    ``{"$": "array", "ref": name}``, ``{"$": "scalar", "dtype": ..., "value":
+    ...}`` (a NumPy scalar), ``{"$": "float", "value": "nan" | "inf" |
+    "-inf"}`` (JSON has no non-finite numbers; a NaN whose bits are not the
+    usual quiet NaN is written ``"nan:0x..."``) and ``{"$": "dict", "items":
+    {...}}`` (a dict that itself has a ``"$"`` key).
 ``ccme.json.sha256``
-    The SHA-256 of ``ccme.json``'s bytes.
+    The SHA-256 of ``ccme.json``'s bytes, in hex.
 ``arrays/<name>.npy``
     One array each in NumPy's ``.npy`` format, written and read with
-    ``allow_pickle=False`` (object arrays are refused).  Arrays with equal
-    content are stored once (a fold's second-stage data serve both arms); a
-    lower-triangular square matrix (a Cholesky factor) is stored as its packed
-    lower triangle, which halves the file.
+    ``allow_pickle=False``.
 
-Tagged objects are JSON objects with a ``"$"`` key: ``dict`` (any keys, as
-pairs), ``tuple``, ``frozenset``, ``float`` (non-finite values), ``array`` (a
-name in the manifest), ``frame`` (a DataFrame, column by column),
-``dataclass`` (a dataclass defined in ccme, rebuilt from its fields), and
-``object`` (a ccme class with ``to_arrays()`` / ``from_arrays(state)``, such
-as the neural fold-and-arm estimators, whose networks are stored as their
-weight arrays and rebuilt from the layer shapes).  A class is looked up only
-in ccme's own modules and must be a dataclass or provide ``from_arrays``, so
-the file can pick among ccme's data classes but cannot name a function.
+Two storage details need nothing from the state writer: arrays with equal
+content, dtype, shape and order are stored once (a fold's second-stage data
+serve both arms), and a C-ordered square float matrix whose strict upper
+triangle is all zero bits (a Cholesky factor) is stored as its packed lower
+triangle, which halves the file; both are undone on reading, bit for bit.
 
-What loading re-creates rather than reads: the estimator object (from the
-method's name) and the formulaic model spec that encodes ``newdata`` into V.
-The spec is rebuilt by evaluating the formula's conditioning part on the
-stored training V columns, after every Python expression in that part has
-been checked against a whitelist (column names, formulaic's transforms, a
-list of numpy functions, arithmetic), and the rebuilt encoding must reproduce
-the stored V bit for bit.  A formula that names anything else (which a
-tampered file could) is refused before any evaluation.
-
-Loading verifies every checksum and refuses, with
-:class:`ccme.errors.FormatError`, a file that is not a ccme result, is
-truncated or altered, or was written by a newer format version (the message
-names both versions).  Attributes whose names start with ``_`` are caches and
-are not saved (except the embeddings); a public attribute that cannot be
-stored raises FormatError at save time, naming it.
+Reading refuses, with :class:`~ccme.errors.FormatError` and a message that
+names the problem, a file that is not a ccme archive, is truncated, damaged
+or altered (every entry is checked against its SHA-256), holds an object
+array (which would need pickle), or has another format version: a newer one
+(upgrade ccme) or the version-1 files of ccme 0.1 (fit again).
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 import hashlib
-import importlib
-import io
 import json
 import math
 import os
-import re
+import struct
 import threading
 import zipfile
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from .errors import CcmeError, FormatError
 
-__all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "write_archive",
+    "read_archive",
+    "read_object",
+    "make_state",
+    "check_schema",
+    "str_keys",
+    "int_keys",
+    "save",
+    "load",
+]
 
-FORMAT = "ccme.result"
-#: Version of the file layout; a reader refuses files with a larger number.
-FORMAT_VERSION = 1
+#: Name of the archive format, in ``ccme.json``.
+FORMAT = "ccme.archive"
+#: Version of the archive layout; a reader refuses any other version.  ccme 0.1
+#: wrote version 1 (format name ``"ccme.result"``: the result's attributes).
+FORMAT_VERSION = 2
+_LEGACY_FORMATS = ("ccme.result",)
 _META = "ccme.json"
 _DIGEST = "ccme.json.sha256"
 _ARRAY_DIR = "arrays/"
-_PRIVATE_SAVED = ("_embeddings",)
-_DERIVED = ("formula", "estimator")  # rebuilt from design.formula and method
+_ARRAY_KINDS = "biufc"
+#: The largest ccme.json read; a real state's JSON is a few MB at most (its bulk is in the arrays).
+_MAX_JSON_BYTES = 1 << 30
+#: Slack for an .npy header over the data bytes (NumPy caps headers it reads at 10 000 bytes).
+_NPY_HEADER_SLACK = 1 << 16
+_REFIT = ("Saved fits are not converted between versions: fit the model again with ccme.fit "
+          "(and save the new result)")
+
+
+# ---------------------------------------------------------------------------
+# typed states
+# ---------------------------------------------------------------------------
+def make_state(schema: str, version: int, /, **fields) -> dict:
+    """The state of a ccme type: ``{"schema": schema, "version": version, **fields}``.
+
+    Parameters
+    ----------
+    schema : str
+        The type's schema name, ``"ccme.<Type>"``.
+    version : int
+        The version of the type's state; raise it whenever the fields or
+        their meaning change.
+    **fields
+        The type's fields, as state values (see the module docstring).
+
+    Returns
+    -------
+    dict
+    """
+    clash = {"schema", "version"} & set(fields)
+    if clash:
+        raise ValueError(f"a state's fields cannot be named {sorted(clash)}")
+    return {"schema": schema, "version": version, **fields}
+
+
+def check_schema(state, schema: str, versions, *, keys: Iterable[str] | None = None) -> int:
+    """Check that ``state`` is a state of ``schema`` in a version this ccme reads; return its version.
+
+    Every ``from_state`` starts with this call, so that a file from another
+    version fails with a message rather than a ``KeyError`` deep inside.
+
+    Parameters
+    ----------
+    state : object
+        What was read where a state of ``schema`` belongs.
+    schema : str
+        The expected schema name, e.g. ``"ccme.Formula"``.
+    versions : int or iterable of int
+        The version(s) this ccme reads (a type that can still read an older
+        state lists it and branches on the returned version).
+    keys : iterable of str, optional
+        The state's fields besides ``schema`` and ``version``; when given, a
+        missing or an unexpected field raises FormatError naming it.
+
+    Returns
+    -------
+    int
+        The state's version.
+
+    Raises
+    ------
+    ccme.errors.FormatError
+        ``state`` is not a dict of ``schema``, its version is not one of
+        ``versions`` (the message names both and says to fit again), or its
+        fields differ from ``keys``.
+    """
+    supported = (versions,) if isinstance(versions, int) else tuple(versions)
+    if not isinstance(state, dict):
+        raise FormatError(f"expected a {schema} state (a JSON object); found {_describe(state)}")
+    found_schema = state.get("schema")
+    if found_schema != schema:
+        found = "no schema" if found_schema is None else repr(found_schema)
+        raise FormatError(f"expected a {schema} state; found {found}")
+    version = state.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise FormatError(f"the {schema} state has no valid version (found {version!r})")
+    if version not in supported:
+        readable = " or ".join(str(v) for v in supported)
+        newer = version > max(supported)
+        raise FormatError(
+            f"the file holds {schema} version {version}; this ccme {_ccme_version()} reads {schema} version "
+            f"{readable} only ({'it was written by a newer ccme' if newer else 'it was written by an older ccme'}). "
+            + _REFIT + (", or load it with the ccme that wrote it" if newer else "")
+        )
+    if keys is not None:
+        expected = set(keys)
+        present = set(state) - {"schema", "version"}
+        missing, unexpected = sorted(expected - present), sorted(present - expected)
+        if missing or unexpected:
+            parts = ([f"lacks {missing}"] if missing else []) + ([f"has unexpected {unexpected}"] if unexpected else [])
+            raise FormatError(f"the {schema} state (version {version}) {' and '.join(parts)}")
+    return version
+
+
+def str_keys(mapping: Mapping) -> dict:
+    """``mapping`` with its int keys written as str (``{1: x, 0: y}`` → ``{"1": x, "0": y}``), order kept.
+
+    States have str keys only (see the module docstring); :func:`int_keys`
+    is the inverse.
+    """
+    out = {}
+    for key, value in mapping.items():
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer, str)):
+            raise FormatError(f"cannot save a mapping keyed by {type(key).__name__} ({key!r}); states use str keys")
+        out[str(int(key)) if not isinstance(key, str) else key] = value
+    return out
+
+
+def int_keys(mapping, *, what: str = "a mapping") -> dict:
+    """Inverse of :func:`str_keys`: ``{"1": x, "0": y}`` → ``{1: x, 0: y}``, order kept.
+
+    Raises
+    ------
+    ccme.errors.FormatError
+        ``mapping`` is not a dict, or a key is not a decimal integer.
+    """
+    if not isinstance(mapping, dict):
+        raise FormatError(f"{what} should be a JSON object; found {_describe(mapping)}")
+    out = {}
+    for key, value in mapping.items():
+        text = key[1:] if isinstance(key, str) and key.startswith("-") else key
+        if not (isinstance(text, str) and text.isascii() and text.isdigit()):
+            raise FormatError(f"{what} has the key {key!r}, which is not an integer")
+        out[int(key)] = value
+    return out
 
 
 # ---------------------------------------------------------------------------
 # writing
 # ---------------------------------------------------------------------------
-class _Writer:
-    """Encodes values into JSON-able trees, collecting arrays (deduplicated by content)."""
+class _Encoder:
+    """Turns a state into a JSON tree, collecting its arrays (each distinct one once)."""
 
     def __init__(self):
-        self.arrays: dict[str, np.ndarray] = {}
-        self.manifest: dict[str, dict] = {}
+        self.entries: dict[str, tuple[np.ndarray, int | None]] = {}  # name -> (stored array, tril size)
         self._by_content: dict[tuple, str] = {}
 
-    def array(self, value: np.ndarray, where: str) -> dict:
-        if value.dtype.hasobject:
-            raise FormatError(f"cannot save {where}: an array of Python objects (dtype {value.dtype})")
-        value = np.ascontiguousarray(value)
-        tag = {"$": "array"}
-        if _is_lower_triangular(value):
-            tag["tril"] = int(value.shape[0])
-            value = _pack_tril(value)
-        raw = _npy_bytes(value)
-        digest = hashlib.sha256(raw).hexdigest()
-        key = (digest, len(raw))
-        name = self._by_content.get(key)
-        if name is None:
-            name = f"a{len(self.arrays)}"
-            self._by_content[key] = name
-            self.arrays[name] = raw
-            self.manifest[name] = {"dtype": value.dtype.str, "shape": list(value.shape), "sha256": digest}
-        tag["name"] = name
-        return tag
-
     def encode(self, value, where: str):
-        if value is None or isinstance(value, (bool, str)):
+        if value is None or isinstance(value, bool):
             return value
-        if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
+        if isinstance(value, np.generic):
+            return self.scalar(value, where)
+        if isinstance(value, str):
+            return str(value)
+        if isinstance(value, int):
             return int(value)
-        if isinstance(value, (float, np.floating)):
+        if isinstance(value, float):
             value = float(value)
-            return value if math.isfinite(value) else {"$": "float", "value": repr(value)}
-        if isinstance(value, np.bool_):
-            return bool(value)
+            return value if math.isfinite(value) else {"$": "float", "value": _nonfinite(value, np.dtype(np.float64))}
         if isinstance(value, np.ndarray):
             return self.array(value, where)
         if isinstance(value, list):
             return [self.encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        if isinstance(value, tuple) and not hasattr(value, "_fields"):
-            return {"$": "tuple", "items": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
-        if isinstance(value, frozenset):
-            return {"$": "frozenset", "items": [self.encode(v, f"{where}{{}}") for v in sorted(value, key=repr)]}
         if isinstance(value, dict):
-            return {"$": "dict", "items": [[self.encode(k, f"{where} key"), self.encode(v, f"{where}[{k!r}]")]
-                                           for k, v in value.items()]}
-        if isinstance(value, pd.DataFrame):
-            return self.frame(value, where)
+            items = {}
+            for key, v in value.items():
+                if not isinstance(key, str) or isinstance(key, np.str_):
+                    raise FormatError(
+                        f"cannot save {where}: its key {key!r} is not a str ({type(key).__name__}); "
+                        "states use str keys (ccme.io.str_keys writes int keys as str)"
+                    )
+                items[str(key)] = self.encode(v, f"{where}[{key!r}]")
+            return {"$": "dict", "items": items} if "$" in items else items
         cls = type(value)
-        if hasattr(value, "to_arrays") and hasattr(cls, "from_arrays"):
-            return {"$": "object", "type": _type_name(cls, where),
-                    "state": self.encode(value.to_arrays(), f"{where}.state")}
-        if dataclasses.is_dataclass(value):
-            fields = {f.name: self.encode(getattr(value, f.name), f"{where}.{f.name}")
-                      for f in dataclasses.fields(value) if not f.name.startswith("_")}
-            return {"$": "dataclass", "type": _type_name(cls, where), "fields": fields}
-        raise FormatError(f"cannot save {where}: a value of type {cls.__module__}.{cls.__qualname__}")
+        hint = "; a state holds lists, not tuples" if isinstance(value, tuple) else ""
+        raise FormatError(f"cannot save {where}: a value of type {cls.__module__}.{cls.__qualname__}{hint}")
 
-    def frame(self, frame: pd.DataFrame, where: str) -> dict:
-        columns = []
-        for name in frame.columns:
-            column = frame[name]
-            entry = {"name": self.encode(name, f"{where} column name")}
-            at = f"{where}[{name!r}]"
-            if isinstance(column.dtype, pd.CategoricalDtype):
-                entry.update(kind="categorical", codes=self.array(column.cat.codes.to_numpy(), at),
-                             categories=self.encode(list(column.cat.categories), at),
-                             ordered=bool(column.cat.ordered))
-            elif isinstance(column.dtype, np.dtype) and column.dtype.kind in "biufcmM":
-                entry.update(kind="array", values=self.array(column.to_numpy(), at))
-            else:
-                entry.update(kind="values", dtype=str(column.dtype), values=self.encode(column.tolist(), at))
-            columns.append(entry)
-        index = frame.index
-        if isinstance(index, pd.RangeIndex):
-            stored = {"range": [index.start, index.stop, index.step]}
-        else:
-            stored = {"values": self.encode(index.tolist(), f"{where}.index")}
-        return {"$": "frame", "columns": columns, "index": stored}
+    def scalar(self, value: np.generic, where: str):
+        dtype = value.dtype
+        if dtype.kind not in _ARRAY_KINDS:
+            raise FormatError(f"cannot save {where}: a NumPy scalar of dtype {dtype} (only bool and numbers)")
+        if dtype.kind == "b":
+            stored = bool(value)
+        elif dtype.kind in "iu":
+            stored = int(value)
+        elif dtype.kind == "f" and dtype.itemsize <= 8:
+            stored = _float_value(value, dtype)
+        elif dtype.kind == "c" and dtype.itemsize <= 16:
+            part = np.dtype(f"{dtype.byteorder}f{dtype.itemsize // 2}")
+            stored = [_float_value(value.real, part), _float_value(value.imag, part)]
+        else:  # long double: no exact JSON number, so it goes in as a 0-d array
+            return {"$": "scalar", "dtype": dtype.str, "array": self.array(np.asarray(value), where)}
+        return {"$": "scalar", "dtype": dtype.str, "value": stored}
+
+    def array(self, value: np.ndarray, where: str) -> dict:
+        if value.dtype.kind not in _ARRAY_KINDS or value.dtype.fields is not None:
+            raise FormatError(
+                f"cannot save {where}: an array of dtype {value.dtype} (only bool and numeric arrays are stored; "
+                "anything else would need pickle)"
+            )
+        if not (value.flags.c_contiguous or value.flags.f_contiguous):
+            value = np.ascontiguousarray(value)
+        tril = None
+        if _is_lower_triangular(value):
+            tril = value.shape[0]
+            value = _pack_tril(value)
+        flat = (value if value.flags.c_contiguous else value.T).reshape(-1).view(np.uint8)
+        key = (value.dtype.str, value.shape, bool(value.flags.c_contiguous), tril, hashlib.sha256(flat).digest())
+        name = self._by_content.get(key)
+        if name is None:
+            name = f"a{len(self.entries)}"
+            self._by_content[key] = name
+            self.entries[name] = (value, tril)
+        return {"$": "array", "ref": name}
 
 
-def save(result, path, *, compress: bool = False) -> Path:
-    """Write ``result`` (a :class:`ccme.CCMEResult`) to ``path``; see the module docstring.
+def write_archive(path, state: dict, *, compress: bool = False) -> Path:
+    """Write ``state`` to ``path`` as a ccme archive (see the module docstring).
 
-    Every arm's fold estimators are built first (the neural ones are trained
-    on first use), so the file holds the complete fit.  The file is written
-    to a temporary name and moved into place, so an interrupted save never
-    leaves a truncated file under ``path``.
+    The file is written under a temporary name beside ``path`` and moved into
+    place, so an interrupted or failed write never leaves a partial file
+    under ``path`` (nor replaces an existing one).
 
     Parameters
     ----------
-    result : CCMEResult
     path : str or path-like
+    state : dict
+        A state: a tree of str-keyed dicts, lists, str, int, float, bool,
+        None, NumPy scalars and numeric NumPy arrays.
     compress : bool, default False
         Deflate the archive's entries (slower; fitted weights compress little).
 
     Returns
     -------
     pathlib.Path
-    """
-    from . import __version__
+        ``path``.
 
+    Raises
+    ------
+    ccme.errors.FormatError
+        ``state`` holds something a state may not (the message names where,
+        as ``state['design']['V']``); nothing is written then.
+    """
     path = Path(path)
-    writer = _Writer()
-    tree = {}
-    for key, value in vars(result).items():
-        if key in _DERIVED or (key.startswith("_") and key not in _PRIVATE_SAVED):
-            continue
-        if key == "_embeddings":
-            tree[key] = {str(arm): {"y_kernel": writer.encode(emb.y_kernel, f"embedding {arm} kernel"),
-                                    "n_threads": int(emb.n_threads),
-                                    "parts": writer.encode(list(emb.parts), f"arm {arm}'s estimators")}
-                         for arm, emb in value.items()}
-        else:
-            tree[key] = writer.encode(value, key)
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "ccme_version": __version__,
-            "arrays": writer.manifest, "result": tree}
-    meta_bytes = json.dumps(meta, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    if not isinstance(state, dict):
+        raise FormatError(f"cannot save a {type(state).__name__}: a state is a dict")
+    encoder = _Encoder()
+    tree = encoder.encode(state, "state")
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "xb") as handle, zipfile.ZipFile(handle, "w", compression=method, allowZip64=True) as zf:
-            zf.writestr(_META, meta_bytes)
-            zf.writestr(_DIGEST, hashlib.sha256(meta_bytes).hexdigest())
-            for name, raw in writer.arrays.items():
-                zf.writestr(f"{_ARRAY_DIR}{name}.npy", raw)
+            manifest = {}
+            for name, (value, tril) in encoder.entries.items():
+                entry = _entry(f"{_ARRAY_DIR}{name}.npy", method)
+                with zf.open(entry, "w", force_zip64=value.nbytes > (1 << 31) - _NPY_HEADER_SLACK) as raw:
+                    sink = _HashingWriter(raw)
+                    np.lib.format.write_array(sink, value, allow_pickle=False)
+                manifest[name] = {"dtype": value.dtype.str, "shape": list(value.shape),
+                                  "sha256": sink.hash.hexdigest()}
+                if tril is not None:
+                    manifest[name]["tril"] = tril
+            meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "ccme_version": _ccme_version(),
+                    "arrays": manifest, "state": tree}
+            meta_bytes = json.dumps(meta, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            zf.writestr(_entry(_META, method), meta_bytes)
+            zf.writestr(_entry(_DIGEST, method), hashlib.sha256(meta_bytes).hexdigest())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -216,77 +377,31 @@ def save(result, path, *, compress: bool = False) -> Path:
     return path
 
 
+def _entry(name: str, method: int) -> zipfile.ZipInfo:
+    # A fixed time stamp: the same state gives the same bytes (reproducible files, comparable checksums).
+    entry = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    entry.compress_type = method
+    entry.external_attr = 0o644 << 16
+    return entry
+
+
+class _HashingWriter:
+    """A write-only file that hashes what passes through (the .npy bytes are streamed, never held whole)."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.hash = hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        return self.raw.write(data)
+
+
 # ---------------------------------------------------------------------------
 # reading
 # ---------------------------------------------------------------------------
-class _Reader:
-    def __init__(self, arrays: dict, where: str):
-        self.arrays = arrays
-        self.where = where
-
-    def decode(self, node):
-        if node is None or isinstance(node, (bool, int, float, str)):
-            return node
-        if isinstance(node, list):
-            return [self.decode(v) for v in node]
-        if not isinstance(node, dict) or "$" not in node:
-            raise FormatError(f"{self.where}: unexpected JSON value {str(node)[:80]!r}")
-        tag = node["$"]
-        if tag == "array":
-            value = self.arrays[node["name"]]
-            return _unpack_tril(value, int(node["tril"])) if "tril" in node else value.copy()
-        if tag == "tuple":
-            return tuple(self.decode(v) for v in node["items"])
-        if tag == "frozenset":
-            return frozenset(self.decode(v) for v in node["items"])
-        if tag == "dict":
-            return {_hashable(self.decode(k)): self.decode(v) for k, v in node["items"]}
-        if tag == "float":
-            if node["value"] not in ("nan", "inf", "-inf"):
-                raise FormatError(f"{self.where}: bad float {node['value']!r}")
-            return float(node["value"])
-        if tag == "frame":
-            return self.frame(node)
-        if tag == "dataclass":
-            cls = _resolve_type(node["type"], self.where, dataclass=True)
-            values = {name: self.decode(v) for name, v in node["fields"].items()}
-            known = {f.name: f for f in dataclasses.fields(cls)}
-            unknown = sorted(set(values) - set(known))
-            if unknown:
-                raise FormatError(f"{self.where}: {node['type']} has no field(s) {unknown}")
-            obj = cls(**{k: v for k, v in values.items() if known[k].init})
-            for k, v in values.items():
-                if not known[k].init:
-                    object.__setattr__(obj, k, v)
-            return obj
-        if tag == "object":
-            cls = _resolve_type(node["type"], self.where, dataclass=False)
-            return cls.from_arrays(self.decode(node["state"]))
-        raise FormatError(f"{self.where}: unknown tag {tag!r}")
-
-    def frame(self, node) -> pd.DataFrame:
-        data = {}
-        for entry in node["columns"]:
-            name, kind = self.decode(entry["name"]), entry["kind"]
-            if kind == "categorical":
-                data[name] = pd.Categorical.from_codes(self.decode(entry["codes"]),
-                                                       categories=self.decode(entry["categories"]),
-                                                       ordered=bool(entry["ordered"]))
-            elif kind == "array":
-                data[name] = self.decode(entry["values"])
-            elif kind == "values":
-                values = pd.Series(self.decode(entry["values"]), dtype=object)
-                data[name] = values.astype(_safe_dtype(entry["dtype"], self.where))
-            else:
-                raise FormatError(f"{self.where}: unknown column kind {kind!r}")
-        stored = node["index"]
-        index = pd.RangeIndex(*stored["range"]) if "range" in stored else pd.Index(self.decode(stored["values"]))
-        frame = pd.DataFrame(data, index=index)
-        return frame[[self.decode(e["name"]) for e in node["columns"]]]
-
-
-def load(path):
-    """Read a result written by :meth:`ccme.CCMEResult.save`.
+def read_archive(path) -> dict:
+    """Read the state stored in a ccme archive by :func:`write_archive`.
 
     Parameters
     ----------
@@ -294,248 +409,330 @@ def load(path):
 
     Returns
     -------
-    CCMEResult
-        Gives the same densities, CDFs, moments and summaries, bit for bit,
-        as the result that was saved.
+    dict
+        The state, equal to the one written: arrays bit for bit (dtype,
+        shape and memory order included), NumPy scalars with their dtype,
+        non-finite floats as they were.  Each reference to an array gets its
+        own array (two references to one stored array do not share memory).
 
     Raises
     ------
     ccme.errors.FormatError
-        The file is not a ccme result, is truncated or altered, or comes from
-        a newer format version.
+        The file is not a ccme archive, is truncated, damaged or altered,
+        holds an object array, or has another format version (the message
+        names both versions).
+    FileNotFoundError, PermissionError
+        As ``open`` raises them.
     """
-    from . import __version__
-
-    path = Path(path)
     where = str(path)
     try:
         archive = zipfile.ZipFile(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
         raise
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise FormatError(f"{where} is not a ccme result file, or it is truncated ({exc})") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        raise FormatError(f"{where} is not a ccme file, or it is truncated ({exc})") from None
     with archive:
         try:
-            meta_bytes = archive.read(_META)
-            digest = archive.read(_DIGEST).decode("ascii").strip()
-        except KeyError:
-            raise FormatError(f"{where} is not a ccme result file (it has no {_META})") from None
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, UnicodeDecodeError) as exc:
+            return _read(archive, where)
+        except FormatError:
+            raise
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:
             raise FormatError(f"{where} is damaged: {exc}") from None
-        try:
-            meta = json.loads(meta_bytes)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise FormatError(f"{where} is damaged: its metadata is not valid JSON ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise FormatError(f"{where} is not a ccme result file (format {meta.get('format') if isinstance(meta, dict) else None!r})")
-        version = meta.get("format_version")
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise FormatError(f"{where} is damaged: format version {version!r}")
-        if version > FORMAT_VERSION:
-            raise FormatError(
-                f"{where} was written in ccme save format version {version} (by ccme {meta.get('ccme_version')}); "
-                f"this ccme {__version__} reads format version {FORMAT_VERSION} and older: upgrade ccme to load it"
-            )
-        if hashlib.sha256(meta_bytes).hexdigest() != digest:
-            raise FormatError(f"{where} has been altered or damaged: the checksum of {_META} does not match")
-        try:
-            arrays = _read_arrays(archive, meta["arrays"], where)
-            return _rebuild(meta["result"], _Reader(arrays, where), where)
-        except CcmeError as exc:
-            if isinstance(exc, FormatError):
-                raise
-            raise FormatError(f"{where} cannot be loaded: {exc}") from None
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+        except RecursionError:
+            raise FormatError(f"{where} is damaged: its metadata is nested too deeply") from None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
             raise FormatError(f"{where} is damaged or inconsistent ({type(exc).__name__}: {exc})") from None
 
 
-def _read_arrays(archive: zipfile.ZipFile, manifest: dict, where: str) -> dict:
-    arrays = {}
-    for name, info in manifest.items():
-        entry = f"{_ARRAY_DIR}{name}.npy"
-        try:
-            raw = archive.read(entry)
-        except KeyError:
-            raise FormatError(f"{where} is damaged: the array entry {entry} is missing") from None
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise FormatError(f"{where} is damaged: {entry}: {exc}") from None
-        if hashlib.sha256(raw).hexdigest() != info["sha256"]:
-            raise FormatError(f"{where} has been altered or damaged: the checksum of {entry} does not match")
-        try:
-            value = np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
-        except ValueError as exc:
-            raise FormatError(f"{where}: {entry} cannot be read without pickle ({exc})") from None
-        if value.dtype.str != info["dtype"] or list(value.shape) != list(info["shape"]):
-            raise FormatError(f"{where} is inconsistent: {entry} has dtype {value.dtype.str} and shape "
-                              f"{value.shape}, the manifest says {info['dtype']} and {tuple(info['shape'])}")
-        arrays[name] = value
-    return arrays
+def read_object(path, from_state: Callable[[dict], object]):
+    """Read the state in ``path`` and rebuild an object from it with ``from_state``.
 
+    What ``ccme.load`` does: ``read_object(path, CCMEResult.from_state)``.  An
+    error that ``from_state`` raises on the state it was given is re-raised as
+    :class:`~ccme.errors.FormatError` naming the file, so that a damaged or
+    foreign file never surfaces as a ``KeyError``.
 
-def _rebuild(tree: dict, reader: _Reader, where: str):
-    from .embedding import ArmEmbedding
-    from .estimators import get_estimator
-    from .result import CCMEResult
+    Parameters
+    ----------
+    path : str or path-like
+    from_state : callable
+        A type's ``from_state`` classmethod.
 
-    state = {}
-    for key, node in tree.items():
-        if key == "_embeddings":
-            state[key] = {int(arm): ArmEmbedding(reader.decode(entry["parts"]), reader.decode(entry["y_kernel"]),
-                                                 int(entry["n_threads"]))
-                          for arm, entry in node.items()}
-        else:
-            state[key] = reader.decode(node)
-    state["design"] = _restore_design(state["design"], where)
-    state["formula"] = state["design"].formula
-    state["estimator"] = get_estimator(state["method"])
-    result = CCMEResult.__new__(CCMEResult)
-    result.__dict__.update(state)
-    return result
+    Returns
+    -------
+    object
+        What ``from_state`` returns.
 
-
-# ---------------------------------------------------------------------------
-# the design: formula and V's encoder
-# ---------------------------------------------------------------------------
-#: numpy functions a saved formula may call (formulaic's own transforms are allowed too).
-_NUMPY_FUNCTIONS = frozenset({
-    "abs", "absolute", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh", "cbrt", "ceil", "clip",
-    "cos", "cosh", "exp", "exp2", "expm1", "fabs", "floor", "log", "log10", "log1p", "log2", "maximum", "minimum",
-    "power", "round", "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc", "where",
-})
-_CONTRASTS = frozenset({"treatment", "sum", "helmert", "diff", "poly", "custom"})
-_SAFE_NODES = (
-    ast.Expression, ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare,
-    ast.BoolOp, ast.List, ast.Tuple, ast.keyword, ast.Load, ast.operator, ast.unaryop, ast.cmpop, ast.boolop,
-)
-
-
-def _check_expression(expr: str, columns, where: str) -> None:
-    """Refuse a formula factor that is anything but columns, formulaic transforms, numpy math and arithmetic."""
-    from formulaic.transforms import TRANSFORMS
-
-    quoted = {}
-
-    def _placeholder(match):
-        quoted[f"_ccme_quoted_{len(quoted)}"] = match.group(0)
-        return f"_ccme_quoted_{len(quoted) - 1}"
-
-    text = re.sub(r"`[^`]*`", _placeholder, expr)
-    allowed_names = set(columns) | set(quoted) | (set(TRANSFORMS) - {"np"})
+    Raises
+    ------
+    ccme.errors.FormatError
+        As :func:`read_archive`, or the state does not make an object
+        (another schema version, a missing field, an inconsistency).
+    """
+    state = read_archive(path)
+    where = str(path)
     try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        raise FormatError(f"{where}: the formula term {expr!r} is not an expression") from None
-    for node in ast.walk(tree):
-        ok = isinstance(node, _SAFE_NODES)
-        if isinstance(node, ast.Name):
-            ok = node.id in allowed_names or node.id in ("np", "numpy")
-        elif isinstance(node, ast.Attribute):
-            base = node.value.id if isinstance(node.value, ast.Name) else None
-            ok = (base in ("np", "numpy") and node.attr in _NUMPY_FUNCTIONS) or (base == "contr" and node.attr in _CONTRASTS)
-        elif isinstance(node, ast.Constant):
-            ok = isinstance(node.value, (int, float, str, bool, type(None)))
-        if not ok:
-            raise FormatError(
-                f"{where}: the formula term {expr!r} uses {ast.dump(node)[:60]}, which a saved result may not "
-                "evaluate (only columns, formulaic's transforms, numpy math functions and arithmetic); "
-                "the file may have been tampered with"
-            )
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in ("np", "numpy"):
-            parents = [p for p in ast.walk(tree) if isinstance(p, ast.Attribute) and p.value is node]
-            if not parents:
-                raise FormatError(f"{where}: the formula term {expr!r} uses numpy itself, not one of its functions")
+        return from_state(state)
+    except FormatError as exc:
+        raise FormatError(f"{where}: {exc}") from None
+    except CcmeError as exc:
+        raise FormatError(f"{where} cannot be loaded: {exc}") from exc
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        # Chained, not hidden: if this is a bug in a from_state rather than a bad file, the cause shows.
+        raise FormatError(f"{where} is damaged or inconsistent ({type(exc).__name__}: {exc})") from exc
 
 
-def _restore_design(design, where: str):
-    """Re-parse the formula and rebuild the V encoder on the stored V columns; check it reproduces V."""
-    import formulaic
-
-    from .formula import parse_formula
-
-    saved = design.formula
-    columns = list(dict.fromkeys([*design.x_variables, *design.v_variables, design.treatment.column]))
-    formula = parse_formula(saved.text, columns)
-    if (formula.treatment, formula.conditioning) != (saved.treatment, saved.conditioning):
-        raise FormatError(f"{where} is inconsistent: the formula {saved.text!r} does not parse to the saved parts")
-    conditioning = formula._parsed.rhs[1]
-    for term in conditioning:
-        for factor in term.factors:
-            if str(factor.eval_method.value) == "python":
-                _check_expression(str(factor.expr), design.v_variables, where)
-    frame = design.v_frame
-    if frame is None or list(frame.columns) != list(design.v_variables):
-        raise FormatError(f"{where} is inconsistent: the stored V columns are not {list(design.v_variables)}")
+def _read(archive: zipfile.ZipFile, where: str) -> dict:
     try:
-        matrix = formulaic.model_matrix(conditioning, frame, na_action="raise", context={})
-    except Exception as exc:  # formulaic raises many types; all mean "cannot rebuild"
-        raise FormatError(f"{where}: cannot rebuild the encoder of V from {saved.conditioning!r}: {exc}") from None
-    V = np.asarray(matrix, dtype=np.float64)
-    V = V[:, None] if V.ndim == 1 else V
-    if V.shape != design.V.shape or not np.array_equal(V, design.V, equal_nan=True):
+        info = archive.getinfo(_META)
+    except KeyError:
+        raise FormatError(f"{where} is not a ccme file (it has no {_META})") from None
+    if info.file_size > _MAX_JSON_BYTES:
+        raise FormatError(f"{where} is damaged: its {_META} claims {info.file_size} bytes")
+    meta_bytes = archive.read(_META)
+    try:
+        digest = archive.read(_DIGEST).decode("ascii").strip()
+    except KeyError:
+        raise FormatError(f"{where} is damaged: it has no {_DIGEST}") from None
+    except UnicodeDecodeError:
+        raise FormatError(f"{where} is damaged: {_DIGEST} is not a hex digest") from None
+    try:
+        meta = json.loads(meta_bytes.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{where} is damaged: its metadata is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{where} is not a ccme file (its {_META} is not a JSON object)")
+    _check_format(meta, where)
+    # The version is checked before the checksum: a later format may hash differently.
+    if hashlib.sha256(meta_bytes).hexdigest() != digest:
+        raise FormatError(f"{where} has been altered or damaged: the checksum of {_META} does not match")
+    manifest = meta.get("arrays")
+    if not isinstance(manifest, dict) or "state" not in meta:
+        raise FormatError(f"{where} is damaged: {_META} lacks its array manifest or its state")
+    decoder = _Decoder(archive, manifest, where)
+    state = decoder.decode(meta["state"])
+    if not isinstance(state, dict):
+        raise FormatError(f"{where} is damaged: its state is {_describe(state)}, not a JSON object")
+    return state
+
+
+def _check_format(meta: dict, where: str) -> None:
+    name, version = meta.get("format"), meta.get("format_version")
+    writer = meta.get("ccme_version")
+    by = f" (by ccme {writer})" if isinstance(writer, str) else ""
+    if name in _LEGACY_FORMATS:
         raise FormatError(
-            f"{where} is inconsistent: re-encoding the stored V columns with {saved.conditioning!r} does not give "
-            "the stored V (the file was altered, or the formula's transforms depend on rows dropped at fit time)"
+            f"{where} was written in ccme's save format version {version!r}{by}; this ccme {_ccme_version()} reads "
+            f"format version {FORMAT_VERSION} only. {_REFIT}"
         )
-    return dataclasses.replace(design, formula=formula, _v_spec=matrix.model_spec, _x3_spec=None)
+    if name != FORMAT:
+        raise FormatError(f"{where} is not a ccme file (format {name!r})")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise FormatError(f"{where} is damaged: format version {version!r}")
+    if version > FORMAT_VERSION:
+        raise FormatError(
+            f"{where} was written in ccme's save format version {version}{by}; this ccme {_ccme_version()} reads "
+            f"format version {FORMAT_VERSION}: upgrade ccme to load it"
+        )
+    if version != FORMAT_VERSION:
+        raise FormatError(
+            f"{where} was written in ccme's save format version {version}{by}; this ccme {_ccme_version()} reads "
+            f"format version {FORMAT_VERSION} only. {_REFIT}"
+        )
 
 
-# ---------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------
-_TYPE_NAME = re.compile(r"ccme(\.[A-Za-z][A-Za-z0-9_]*)*")
+class _Decoder:
+    """Turns the JSON tree back into a state, reading (and checking) each array entry on first use."""
+
+    def __init__(self, archive: zipfile.ZipFile, manifest: dict, where: str):
+        self.archive = archive
+        self.manifest = manifest
+        self.where = where
+        self.read: dict[str, np.ndarray] = {}
+
+    def decode(self, node):
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if isinstance(node, list):
+            return [self.decode(v) for v in node]
+        if not isinstance(node, dict):
+            raise FormatError(f"{self.where} is damaged: unexpected JSON value {_describe(node)}")
+        if "$" not in node:
+            return {key: self.decode(value) for key, value in node.items()}
+        tag = node["$"]
+        if tag == "array":
+            self._fields(node, {"ref"})
+            return self.array(node["ref"])
+        if tag == "scalar":
+            return self.scalar(node)
+        if tag == "float":
+            self._fields(node, {"value"})
+            return float(_parse_float(node["value"], np.dtype(np.float64), self.where))
+        if tag == "dict":
+            self._fields(node, {"items"})
+            if not isinstance(node["items"], dict):
+                raise FormatError(f"{self.where} is damaged: a tagged dict without items")
+            return {key: self.decode(value) for key, value in node["items"].items()}
+        raise FormatError(f"{self.where} is damaged: unknown tag {str(tag)[:40]!r}")
+
+    def _fields(self, node: dict, fields: set) -> None:
+        if set(node) != fields | {"$"}:
+            raise FormatError(f"{self.where} is damaged: a {node['$']!r} node with fields {sorted(node)}")
+
+    def scalar(self, node: dict):
+        dtype = _safe_dtype(node.get("dtype"), self.where)
+        if "array" in node:
+            self._fields(node, {"dtype", "array"})
+            value = self.decode(node["array"])
+            if not isinstance(value, np.ndarray) or value.shape != () or value.dtype != dtype:
+                raise FormatError(f"{self.where} is damaged: a scalar of dtype {dtype} is stored as {_describe(value)}")
+            return value[()]
+        self._fields(node, {"dtype", "value"})
+        value = node["value"]
+        if dtype.kind == "b" and isinstance(value, bool):
+            return dtype.type(value)
+        if dtype.kind in "iu" and isinstance(value, int) and not isinstance(value, bool):
+            info = np.iinfo(dtype)
+            if not info.min <= value <= info.max:
+                raise FormatError(f"{self.where} is damaged: {value} does not fit dtype {dtype}")
+            return dtype.type(value)
+        if dtype.kind == "f" and dtype.itemsize <= 8:
+            return _parse_float(value, dtype, self.where)
+        if dtype.kind == "c" and dtype.itemsize <= 16 and isinstance(value, list) and len(value) == 2:
+            part = np.dtype(f"{dtype.byteorder}f{dtype.itemsize // 2}")
+            out = np.zeros((), dtype=dtype)
+            out.real, out.imag = _parse_float(value[0], part, self.where), _parse_float(value[1], part, self.where)
+            return out[()]
+        raise FormatError(f"{self.where} is damaged: {_describe(value)} is no scalar of dtype {dtype}")
+
+    def array(self, name) -> np.ndarray:
+        if not isinstance(name, str) or name not in self.manifest:
+            raise FormatError(f"{self.where} is damaged: it refers to an array {str(name)[:40]!r} it does not hold")
+        if name in self.read:  # a second reference gets its own copy: states do not alias
+            return self.read[name].copy(order="K")
+        info = self.manifest[name]
+        if not isinstance(info, dict):
+            raise FormatError(f"{self.where} is damaged: the manifest entry of {name!r} is {_describe(info)}")
+        entry = f"{_ARRAY_DIR}{name}.npy"
+        dtype = _safe_dtype(info.get("dtype"), self.where, entry)
+        shape = info.get("shape")
+        if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                for s in shape)):
+            raise FormatError(f"{self.where} is damaged: the manifest gives {entry} the shape {shape!r}")
+        try:
+            zinfo = self.archive.getinfo(entry)
+        except KeyError:
+            raise FormatError(f"{self.where} is damaged: the array entry {entry} is missing") from None
+        nbytes = math.prod(shape) * dtype.itemsize
+        if not nbytes <= zinfo.file_size <= nbytes + _NPY_HEADER_SLACK:
+            raise FormatError(f"{self.where} is damaged: {entry} holds {zinfo.file_size} bytes, but the manifest "
+                              f"describes {nbytes} bytes of data")
+        with self.archive.open(zinfo) as raw:
+            source = _HashingReader(raw)
+            try:
+                value = np.lib.format.read_array(source, allow_pickle=False)
+            except ValueError as exc:
+                if "pickle" in str(exc).lower() or "object" in str(exc).lower():
+                    raise FormatError(f"{self.where}: {entry} cannot be read without pickle ({exc})") from None
+                raise FormatError(f"{self.where} is damaged: {entry} is not a valid .npy array ({exc})") from None
+            source.read()  # the rest: hashed too, and reaching the end makes zipfile check the entry's CRC
+        if source.hash.hexdigest() != info.get("sha256"):
+            raise FormatError(f"{self.where} has been altered or damaged: the checksum of {entry} does not match")
+        if value.dtype.str != dtype.str or list(value.shape) != shape:
+            raise FormatError(f"{self.where} is inconsistent: {entry} has dtype {value.dtype.str} and shape "
+                              f"{value.shape}, the manifest says {dtype.str} and {tuple(shape)}")
+        tril = info.get("tril")
+        if tril is not None:
+            if not isinstance(tril, int) or isinstance(tril, bool) or tril < 2:
+                raise FormatError(f"{self.where} is damaged: {entry} has a bad packing size {tril!r}")
+            value = _unpack_tril(value, tril, f"{self.where}: {entry}")
+        self.read[name] = value
+        return value
 
 
-def _type_name(cls, where: str) -> str:
-    module = cls.__module__
-    if not (module == "ccme" or module.startswith("ccme.")):
-        raise FormatError(f"cannot save {where}: {module}.{cls.__qualname__} is not a ccme class")
-    return f"{module}:{cls.__qualname__}"
+class _HashingReader:
+    """A read-only file that hashes what is read through it (arrays are read in chunks, not as one bytes)."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.hash = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.hash.update(data)
+        return data
 
 
-def _resolve_type(name: str, where: str, *, dataclass: bool):
-    module_name, _, qualname = str(name).partition(":")
-    if not _TYPE_NAME.fullmatch(module_name) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", qualname):
-        raise FormatError(f"{where}: {name!r} is not a ccme class")
+def _safe_dtype(text, where: str, entry: str = "a scalar") -> np.dtype:
+    """The dtype named by ``text`` if it is a bool or numeric dtype; never an object dtype."""
+    if not isinstance(text, str) or len(text) > 8:
+        raise FormatError(f"{where} is damaged: {entry} has the dtype {str(text)[:40]!r}")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise FormatError(f"{where}: this ccme has no module {module_name!r} (the file needs a newer ccme)") from None
-    cls = getattr(module, qualname, None)
-    ok = isinstance(cls, type) and (
-        dataclasses.is_dataclass(cls) if dataclass else callable(getattr(cls, "from_arrays", None))
-    )
-    if not ok or cls.__module__ != module_name:
-        raise FormatError(f"{where}: {name!r} is not a ccme class that a saved result may hold")
-    return cls
+        dtype = np.dtype(text)
+    except (TypeError, ValueError, SyntaxError):
+        raise FormatError(f"{where} is damaged: {entry} has the dtype {text!r}") from None
+    if dtype.hasobject:
+        raise FormatError(f"{where}: {entry} holds Python objects (dtype {text}), which cannot be read without "
+                          "pickle; ccme never writes them, so the file has been tampered with")
+    if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise FormatError(f"{where} is damaged: {entry} has the dtype {text!r}, which ccme does not store")
+    return dtype
 
 
-def _hashable(key):
-    return tuple(key) if isinstance(key, list) else key
+# ---------------------------------------------------------------------------
+# floats, triangles, helpers
+# ---------------------------------------------------------------------------
+def _float_value(value, dtype: np.dtype):
+    """A float of ``dtype`` as a JSON number (exact: every float of at most 64 bits is a double) or a tag string."""
+    as_double = float(value)
+    return as_double if math.isfinite(as_double) else _nonfinite(value, dtype)
 
 
-#: pandas dtypes a stored column may be cast to (anything else is read as objects).
-_DTYPES = frozenset({"object", "string", "boolean", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32",
-                     "UInt64", "Float32", "Float64", "str"})
+def _nonfinite(value, dtype: np.dtype) -> str:
+    as_double = float(value)
+    if math.isinf(as_double):
+        return "inf" if as_double > 0 else "-inf"
+    bits = _bits(value, dtype)
+    return "nan" if bits == _bits(np.nan, dtype) else f"nan:{bits:#0{2 + 2 * dtype.itemsize}x}"
 
 
-def _safe_dtype(name: str, where: str):
-    if name not in _DTYPES:
-        raise FormatError(f"{where}: a stored column has dtype {name!r}, which ccme does not restore")
-    return name
+def _bits(value, dtype: np.dtype) -> int:
+    if dtype == np.float64 and isinstance(value, float):
+        return struct.unpack("<Q", struct.pack("<d", value))[0]
+    return int(np.asarray(value, dtype=dtype).astype(dtype.newbyteorder("=")).view(f"u{dtype.itemsize}"))
 
 
-def _npy_bytes(value: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, value, allow_pickle=False)
-    return buffer.getvalue()
+def _parse_float(value, dtype: np.dtype, where: str):
+    """Inverse of :func:`_float_value`: a scalar of ``dtype`` (a Python float for float64 tags read as floats)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return dtype.type(value)
+    if value in ("inf", "-inf", "nan"):
+        return dtype.type(float(value))
+    if isinstance(value, str) and value.startswith("nan:0x"):
+        try:
+            bits = int(value[4:], 16)
+            out = np.array(bits, dtype=f"u{dtype.itemsize}").view(dtype.newbyteorder("="))
+        except (ValueError, OverflowError):
+            raise FormatError(f"{where} is damaged: bad float {value[:40]!r}") from None
+        if not np.isnan(out):
+            raise FormatError(f"{where} is damaged: {value[:40]!r} is not a NaN")
+        return out.astype(dtype)[()]
+    raise FormatError(f"{where} is damaged: bad float {str(value)[:40]!r}")
+
+
+def _refuse_constant(name: str):
+    # ccme writes non-finite floats as tagged strings, never as JSON's NaN extensions.
+    raise ValueError(f"the non-standard JSON constant {name}")
 
 
 def _is_lower_triangular(value: np.ndarray) -> bool:
-    if value.ndim != 2 or value.shape[0] != value.shape[1] or value.shape[0] < 2 or value.dtype.kind != "f":
+    """A C-ordered square float matrix whose strict upper triangle is all zero *bits* (so -0.0 is kept)."""
+    if (value.ndim != 2 or value.shape[0] != value.shape[1] or value.shape[0] < 2 or value.dtype.kind != "f"
+            or value.dtype.itemsize > 8 or not value.flags.c_contiguous):
         return False
-    n = value.shape[0]
-    return all(not value[i, i + 1:].any() for i in range(n - 1))
+    bits = value.view(f"u{value.dtype.itemsize}")
+    # Row by row: no temporary the size of the matrix (a factor can be most of memory).
+    return all(not bits[i, i + 1:].any() for i in range(value.shape[0] - 1))
 
 
 def _pack_tril(value: np.ndarray) -> np.ndarray:
@@ -543,12 +740,46 @@ def _pack_tril(value: np.ndarray) -> np.ndarray:
     return np.concatenate([value[i, : i + 1] for i in range(n)])
 
 
-def _unpack_tril(packed: np.ndarray, n: int) -> np.ndarray:
+def _unpack_tril(packed: np.ndarray, n: int, where: str) -> np.ndarray:
     if packed.shape != (n * (n + 1) // 2,):
-        raise FormatError(f"a packed triangular array has {packed.size} values; {n} × {n} needs {n * (n + 1) // 2}")
+        raise FormatError(f"{where} is damaged: a packed triangle of size {n} needs {n * (n + 1) // 2} values, "
+                          f"not {packed.size}")
     out = np.zeros((n, n), dtype=packed.dtype)
     start = 0
     for i in range(n):
         out[i, : i + 1] = packed[start:start + i + 1]
         start += i + 1
     return out
+
+
+def _describe(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def _ccme_version() -> str:
+    try:
+        from . import __version__
+    except ImportError:  # while ccme itself is being imported
+        return "(unknown version)"
+    return __version__
+
+
+# ---------------------------------------------------------------------------
+# TRANSITIONAL: ccme.load and CCMEResult.save used to live here.  ccme.load
+# belongs beside CCMEResult (``read_object(path, CCMEResult.from_state)``);
+# delete these two once result.py provides it and __init__ imports it from
+# there, so that this module imports nothing of ccme but its errors.
+# ---------------------------------------------------------------------------
+def save(result, path, *, compress: bool = False) -> Path:
+    """Write ``result.to_state()`` to ``path`` (transitional; see :func:`write_archive`)."""
+    if not callable(getattr(result, "to_state", None)):
+        raise NotImplementedError(f"{type(result).__name__} has no to_state() yet: it cannot be saved")
+    return write_archive(path, result.to_state(), compress=compress)
+
+
+def load(path):
+    """Read a result saved by :meth:`ccme.CCMEResult.save` (transitional; see :func:`read_object`)."""
+    from .result import CCMEResult  # lazy: the codec itself never needs the result class
+
+    return read_object(path, CCMEResult.from_state)
