@@ -27,6 +27,29 @@ class Fold:
     nuisance: np.ndarray
     target: np.ndarray
 
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.Fold"
+    STATE_VERSION = 1
+
+    def to_state(self) -> dict:
+        """The fold as a versioned state for :mod:`ccme.io`."""
+        from .io import make_state
+
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, index=self.index, nuisance=self.nuisance,
+                          target=self.target)
+
+    @classmethod
+    def from_state(cls, state) -> "Fold":
+        """Inverse of :meth:`to_state`."""
+        from .errors import FormatError
+        from .io import check_schema
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("index", "nuisance", "target"))
+        rows = (state["nuisance"], state["target"])
+        if not all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "iu" for r in rows):
+            raise FormatError(f"the stored fold {state['index']!r} has no integer row indices")
+        return cls(state["index"], *rows)
+
 
 def make_folds(n: int, folds: int, rng: np.random.Generator) -> list[Fold]:
     if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)):

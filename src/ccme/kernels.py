@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._backend import DENSITY_KERNELS, KERNELS
-from .errors import DataWarning, ParameterError
+from .errors import DataWarning, FormatError, ParameterError
+from .io import check_schema, make_state
 
 __all__ = ["Kernel", "KERNELS", "DENSITY_KERNELS", "median_bandwidth", "silverman_bandwidth", "resolve_kernel"]
 
@@ -61,6 +62,27 @@ class Kernel:
     name: str
     bandwidth: tuple
     rule: str = "user"
+
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.Kernel"
+    STATE_VERSION = 1
+
+    def to_state(self) -> dict:
+        """The kernel as a versioned state for :mod:`ccme.io`; the bandwidths as a float64 array (inf kept)."""
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, name=self.name,
+                          bandwidth=np.asarray(self.bandwidth, dtype=np.float64), rule=self.rule)
+
+    @classmethod
+    def from_state(cls, state) -> "Kernel":
+        """Inverse of :meth:`to_state` (the bandwidths come back as a tuple of ``np.float64``, bit for bit)."""
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("name", "bandwidth", "rule"))
+        name, bandwidth, rule = state["name"], state["bandwidth"], state["rule"]
+        if name not in KERNELS or not isinstance(rule, str):
+            raise FormatError(f"a stored kernel has the name {str(name)[:40]!r} and rule {str(rule)[:40]!r}; "
+                              f"the names are {list(KERNELS)}")
+        if not isinstance(bandwidth, np.ndarray) or bandwidth.ndim != 1 or bandwidth.dtype != np.float64:
+            raise FormatError(f"the bandwidth of a stored {name} kernel is not a float64 vector")
+        return cls(name, tuple(bandwidth), rule)
 
     @property
     def bandwidth_array(self) -> np.ndarray:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import OverlapWarning, ParameterError, PositivityError
+from .errors import FormatError, OverlapWarning, ParameterError, PositivityError
+from .io import check_schema, int_keys, make_state, str_keys
 
 __all__ = ["PropensityModel", "Overlap", "make_propensity", "overlap_diagnostics"]
 
@@ -99,6 +100,32 @@ class Overlap:
     kept: np.ndarray | None = None  # units whose score lies in [trim, 1 - trim] (None: no trimming)
     n_trimmed_low: int = 0
     n_trimmed_high: int = 0
+
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.Overlap"
+    STATE_VERSION = 1
+    _COUNTS = ("n_clipped_low", "n_clipped_high", "n_trimmed_low", "n_trimmed_high")
+
+    def to_state(self) -> dict:
+        """The diagnostics as a versioned state for :mod:`ccme.io` (the per-arm dicts keyed ``"1"``/``"0"``)."""
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, scores=self.scores, clip=self.clip,
+                          trim=self.trim, kept=self.kept, ess=str_keys(self.ess), n_arm=str_keys(self.n_arm),
+                          **{name: getattr(self, name) for name in self._COUNTS})
+
+    @classmethod
+    def from_state(cls, state) -> "Overlap":
+        """Inverse of :meth:`to_state`."""
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
+                     keys=("scores", "clip", "trim", "kept", "ess", "n_arm", *cls._COUNTS))
+        if not isinstance(state["scores"], np.ndarray) or state["scores"].ndim != 1:
+            raise FormatError("the stored propensity scores are not a vector")
+        kept = state["kept"]
+        if kept is not None and not (isinstance(kept, np.ndarray) and kept.shape == state["scores"].shape):
+            raise FormatError("the stored trimming mask does not match the propensity scores")
+        return cls(state["scores"], state["clip"], state["n_clipped_low"], state["n_clipped_high"],
+                   int_keys(state["ess"], what="the effective sample sizes"),
+                   int_keys(state["n_arm"], what="the arm sizes"), state["trim"], kept,
+                   state["n_trimmed_low"], state["n_trimmed_high"])
 
     @property
     def n_clipped(self) -> int:

@@ -94,6 +94,29 @@ class TuningCurve:
     arm: int | None = None
     factor: float | None = None
 
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.TuningCurve"
+    STATE_VERSION = 1
+    _STATE_FIELDS = ("parameter", "values", "criterion", "criterion_name", "chosen", "arm", "factor")
+
+    def to_state(self) -> dict:
+        """The curve as a versioned state for :mod:`ccme.io` (its fields as they are)."""
+        from .io import make_state
+
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION,
+                          **{name: getattr(self, name) for name in self._STATE_FIELDS})
+
+    @classmethod
+    def from_state(cls, state) -> "TuningCurve":
+        """Inverse of :meth:`to_state`."""
+        from .errors import FormatError
+        from .io import check_schema
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=cls._STATE_FIELDS)
+        if not all(isinstance(state[name], np.ndarray) for name in ("values", "criterion")):
+            raise FormatError(f"the stored {state['parameter']!r} tuning curve has no value or criterion array")
+        return cls(**{name: state[name] for name in cls._STATE_FIELDS})
+
 
 @dataclass
 class TuningReport:
@@ -103,6 +126,39 @@ class TuningReport:
     curves: list = field(default_factory=list)
     seconds: float = 0.0
     notes: list = field(default_factory=list)
+
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.TuningReport"
+    STATE_VERSION = 1
+
+    def to_state(self) -> dict:
+        """The report as a versioned state for :mod:`ccme.io`.
+
+        ``chosen`` maps a parameter to a value or to a per-arm dict; the
+        per-arm dicts are keyed ``"1"``/``"0"`` in the state.  The curves are
+        nested as a list of :class:`TuningCurve` states.
+        """
+        from .io import make_state, str_keys
+
+        chosen = {name: str_keys(value) if isinstance(value, dict) else value for name, value in self.chosen.items()}
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, chosen=chosen,
+                          curves=[curve.to_state() for curve in self.curves], seconds=self.seconds,
+                          notes=list(self.notes))
+
+    @classmethod
+    def from_state(cls, state) -> "TuningReport":
+        """Inverse of :meth:`to_state`."""
+        from .errors import FormatError
+        from .io import check_schema, int_keys
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("chosen", "curves", "seconds", "notes"))
+        if not (isinstance(state["chosen"], dict) and isinstance(state["curves"], list)
+                and isinstance(state["notes"], list)):
+            raise FormatError("the stored tuning report's chosen, curves or notes have the wrong type")
+        chosen = {name: int_keys(value, what=f"the tuned {name}") if isinstance(value, dict) else value
+                  for name, value in state["chosen"].items()}
+        return cls(chosen=chosen, curves=[TuningCurve.from_state(curve) for curve in state["curves"]],
+                   seconds=state["seconds"], notes=list(state["notes"]))
 
     def to_frame(self) -> pd.DataFrame:
         """One row per (curve, grid value)."""

@@ -333,21 +333,104 @@ class DeepFeatureFoldArm(FactoredArm):
         """h(v) = (ΨᵀΨ + nλ₁I)⁻¹ψ(v), shape (M, n_eval)."""
         return np.linalg.solve(self.feature_map.G, self.feature_map(V_eval).T)
 
-    def to_arrays(self) -> dict:
-        """The fitted estimator as arrays and plain values for :mod:`ccme.io` (the network as its weights)."""
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.DeepFeatureFoldArm"
+    STATE_VERSION = 1
+    _STATE_FIELDS = ("atoms", "loadings", "history", "pseudo", "jitter", "network", "Psi", "G", "network_history")
+
+    def to_state(self) -> dict:
+        """The fitted estimator as a versioned state for :mod:`ccme.io`.
+
+        The arrays as they are, the second-stage network as its weights
+        (:func:`ccme.estimators.training.network_to_arrays`), and the training
+        histories as plain dicts keyed by stage (``"1"``, ``"2"``).
+        """
+        from ..io import make_state
+
         fm = self.feature_map
-        return {"atoms": self.atoms, "loadings": self.loadings, "history": self.history, "pseudo": self.pseudo,
-                "jitter": self.jitter, "network": network_to_arrays(fm.net, fm.standardizer, fm.dtype, fm.device),
-                "Psi": fm.Psi, "G": fm.G, "network_history": fm.history}
+        return make_state(
+            self.STATE_SCHEMA, self.STATE_VERSION, atoms=self.atoms, loadings=self.loadings,
+            history=_histories_to_state(self.history), pseudo=dict(self.pseudo), jitter=dict(self.jitter),
+            network=network_to_arrays(fm.net, fm.standardizer, fm.dtype, fm.device), Psi=fm.Psi, G=fm.G,
+            network_history=_history_to_state(fm.history),
+        )
 
     @classmethod
-    def from_arrays(cls, state: dict) -> "DeepFeatureFoldArm":
-        """Inverse of :meth:`to_arrays`."""
-        net, standardizer, dtype, device = network_from_arrays(state["network"])
-        fmap = _FeatureMap(net, standardizer, state["Psi"], state["G"], state["network_history"], dtype, device)
-        arm = cls(state["atoms"], state["loadings"], fmap, state["history"], state["pseudo"])
-        arm.jitter = state["jitter"]
+    def from_state(cls, state) -> "DeepFeatureFoldArm":
+        """Inverse of :meth:`to_state`: the network is rebuilt from its layer shapes and given the stored weights."""
+        from ..errors import FormatError
+        from ..io import check_schema
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=cls._STATE_FIELDS)
+        for name in ("atoms", "loadings", "Psi", "G"):
+            if not isinstance(state[name], np.ndarray) or state[name].ndim != 2:
+                raise FormatError(f"the stored Deep Feature estimator's {name} is not a matrix")
+        if not isinstance(state["pseudo"], dict) or not isinstance(state["jitter"], dict):
+            raise FormatError("the stored Deep Feature estimator's pseudo-outcomes or jitter are not dicts")
+        net, standardizer, dtype, device = _network_from_state(state["network"])
+        fmap = _FeatureMap(net, standardizer, state["Psi"], state["G"], _history_from_state(state["network_history"]),
+                           dtype, device)
+        arm = cls(state["atoms"], state["loadings"], fmap, _histories_from_state(state["history"]),
+                  dict(state["pseudo"]))
+        arm.jitter = dict(state["jitter"])
         return arm
+
+
+_HISTORY_FIELDS = ("train", "validation", "best_epoch", "stopped_early", "seconds")
+
+
+def _history_to_state(history) -> dict:
+    """A training stage's :class:`~ccme.estimators.training.StageHistory` as plain values.
+
+    The fields are listed here rather than taken from the dataclass, so that a
+    field added to StageHistory does not change the fold arms' state unnoticed.
+    """
+    return {"train": list(history.train), "validation": list(history.validation), "best_epoch": history.best_epoch,
+            "stopped_early": history.stopped_early, "seconds": history.seconds}
+
+
+def _history_from_state(state):
+    """Inverse of :func:`_history_to_state`."""
+    from ..errors import FormatError
+    from .training import StageHistory
+
+    if not isinstance(state, dict) or set(state) != set(_HISTORY_FIELDS):
+        raise FormatError(f"a stored training history should have the fields {list(_HISTORY_FIELDS)}")
+    if not isinstance(state["train"], list) or not isinstance(state["validation"], list):
+        raise FormatError("a stored training history has no loss lists")
+    return StageHistory(train=list(state["train"]), validation=list(state["validation"]),
+                        best_epoch=state["best_epoch"], stopped_early=state["stopped_early"], seconds=state["seconds"])
+
+
+def _histories_to_state(histories: dict) -> dict:
+    """Stage (int) → history, as ``{"1": ..., "2": ...}``."""
+    from ..io import str_keys
+
+    return str_keys({stage: _history_to_state(history) for stage, history in histories.items()})
+
+
+def _histories_from_state(state) -> dict:
+    from ..io import int_keys
+
+    return {stage: _history_from_state(h) for stage, h in int_keys(state, what="the training histories").items()}
+
+
+def _network_from_state(state):
+    """:func:`ccme.estimators.training.network_from_arrays` on a checked state; its failures as FormatError."""
+    from ..errors import CcmeError, FormatError
+
+    fields = {"layers", "mean", "sd", "dtype", "device"}
+    if not isinstance(state, dict) or set(state) != fields:
+        raise FormatError(f"a stored network should have the fields {sorted(fields)}")
+    layers = state["layers"]
+    if (not isinstance(layers, dict) or not layers
+            or not all(isinstance(v, np.ndarray) and v.dtype.kind == "f" for v in layers.values())
+            or not all(isinstance(state[k], str) for k in ("dtype", "device"))):
+        raise FormatError("a stored network has no float weight arrays, or no dtype and device names")
+    try:
+        return network_from_arrays(state)
+    except (CcmeError, KeyError, ValueError, IndexError, RuntimeError) as exc:
+        raise FormatError(f"a stored network cannot be rebuilt: {exc}") from None
 
 
 def first_stage_map(*, arm, Xo, Y, A, nuisance, prepared, seed, label="", n_threads=0, cache=None) -> _FeatureMap:

@@ -37,7 +37,6 @@ from .training import (
     Standardizer,
     describe_training,
     make_mlp,
-    network_from_arrays,
     network_outputs,
     network_to_arrays,
     pseudo_outcome_coefficients,
@@ -117,17 +116,39 @@ class NeuralKernelFoldArm(FactoredArm):
         """f(v), shape (M, n_eval)."""
         return network_outputs(self.net, self.standardizer, V_eval, self._dtype, self._device).T
 
-    def to_arrays(self) -> dict:
-        """The fitted estimator as arrays and plain values for :mod:`ccme.io` (the network as its weights)."""
-        return {"grid": self.atoms, "history": self.history, "jitter": self.jitter,
-                "network": network_to_arrays(self.net, self.standardizer, self._dtype, self._device)}
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.NeuralKernelFoldArm"
+    STATE_VERSION = 1
+
+    def to_state(self) -> dict:
+        """The fitted estimator as a versioned state for :mod:`ccme.io`.
+
+        The grid, the network as its weights
+        (:func:`ccme.estimators.training.network_to_arrays`), and the training
+        histories as plain dicts keyed by stage (``"1"``, ``"2"``).
+        """
+        from ..io import make_state
+        from .deep_feature import _histories_to_state
+
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, grid=self.atoms,
+                          history=_histories_to_state(self.history), jitter=dict(self.jitter),
+                          network=network_to_arrays(self.net, self.standardizer, self._dtype, self._device))
 
     @classmethod
-    def from_arrays(cls, state: dict) -> "NeuralKernelFoldArm":
-        """Inverse of :meth:`to_arrays`."""
-        net, standardizer, dtype, device = network_from_arrays(state["network"])
-        arm = cls(state["grid"], net, standardizer, state["history"], dtype, device)
-        arm.jitter = state["jitter"]
+    def from_state(cls, state) -> "NeuralKernelFoldArm":
+        """Inverse of :meth:`to_state`: the network is rebuilt from its layer shapes and given the stored weights."""
+        from ..errors import FormatError
+        from ..io import check_schema
+        from .deep_feature import _histories_from_state, _network_from_state
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("grid", "history", "jitter", "network"))
+        if not isinstance(state["grid"], np.ndarray) or state["grid"].ndim != 2:
+            raise FormatError("the stored Neural-Kernel estimator's grid is not a matrix")
+        if not isinstance(state["jitter"], dict):
+            raise FormatError("the stored Neural-Kernel estimator's jitter is not a dict")
+        net, standardizer, dtype, device = _network_from_state(state["network"])
+        arm = cls(state["grid"], net, standardizer, _histories_from_state(state["history"]), dtype, device)
+        arm.jitter = dict(state["jitter"])
         return arm
 
 
