@@ -192,6 +192,10 @@ def test_profiles_reject_quantiles_outside_the_unit_interval(mixed):
         design.profiles([0.5, 1.5])
     with pytest.raises(DataError, match="at least one"):
         design.profiles([])
+    with pytest.raises(DataError, match="`quantiles` must be numbers"):
+        design.profiles(["median"])
+    # Quantiles whose labels round alike keep one row each.
+    assert len(design.profiles([0.251, 0.249])) == 2
 
 
 # -- the demo figure --------------------------------------------------------------------------------------

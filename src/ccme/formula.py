@@ -156,7 +156,10 @@ class Design:
             To compare the levels of a categorical column at fixed values of
             the numeric ones, build ``newdata`` with those rows yourself.
         """
-        quantiles = list(np.atleast_1d(np.asarray(quantiles, dtype=float)))
+        try:
+            quantiles = [float(q) for q in np.atleast_1d(np.asarray(quantiles, dtype=float))]
+        except (TypeError, ValueError):
+            raise DataError(f"`quantiles` must be numbers in [0, 1]; got {quantiles!r}") from None
         if not quantiles:
             raise DataError("`quantiles` must hold at least one value in [0, 1]; got none")
         for q in quantiles:
@@ -165,7 +168,7 @@ class Design:
         numeric = [name for name in self.v_variables if _is_numeric(self.v_frame[name])]
         categorical = [name for name in self.v_variables if name not in numeric]
         if numeric:
-            rows = {}
+            rows, labels = [], []
             # Levels by decreasing frequency (ties in the order of first appearance), unseen categories left out.
             levels = {name: _levels_by_frequency(self.v_frame[name]) for name in categorical}
             for k, q in enumerate(quantiles):
@@ -175,8 +178,9 @@ class Design:
                         row[name] = levels[name][k % len(levels[name])]
                     else:
                         row[name] = float(self.v_frame[name].quantile(q))
-                rows[f"q{round(100 * q):02d}"] = row
-            frame = pd.DataFrame.from_dict(rows, orient="index")
+                rows.append(row)
+                labels.append(f"q{round(100 * q):02d}")  # a list: quantiles that round alike keep their rows
+            frame = pd.DataFrame(rows, index=labels, columns=list(self.v_variables))
         else:
             counts = self.v_frame.groupby(list(self.v_variables), observed=True, sort=False, dropna=True).size()
             counts = counts.sort_values(ascending=False, kind="stable").iloc[: self.MAX_LEVEL_PROFILES]
