@@ -37,7 +37,7 @@ def fit_and_score(data, method, mode, config, seed=1, device="cpu"):
         warnings.simplefilter("ignore", ccme.CcmeWarning)
         res = ccme.fit(FORMULA, data, method=method, mode=mode, propensity="forest", seed=seed, progress=False,
                        device=device, **options)
-        res.density(res.default_grid(10), ccme.datasets.PAPER_PROFILES, arm=1)   # trains arm 1
+        res.density(res.default_grid(10), newdata=ccme.datasets.PAPER_PROFILES, arm=1)   # trains arm 1
         seconds = time.perf_counter() - started
         return seconds, paper_simulation_ise(res, arm=1, n_test=500, seed=seed)
 

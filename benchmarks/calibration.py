@@ -60,9 +60,9 @@ def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_glo
             warnings.simplefilter("ignore")
             res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
             test = res.test_effect(n_boot=n_boot, n_global=n_global)
-            point = res.test_effect(SCALE_PROFILES.iloc[[1]], n_boot=n_boot)
-        pglob.append(test.pvalue)
-        ppoint.append(point.pvalue)
+            point = res.test_effect(newdata=SCALE_PROFILES.iloc[[1]], n_boot=n_boot)
+        pglob.append(test.p_value)
+        ppoint.append(point.p_value)
     pglob, ppoint = np.array(pglob), np.array(ppoint)
     return {
         "n": n, "scale": scale, "reps": reps, "n_boot": n_boot,
@@ -97,8 +97,8 @@ def band_coverage(n: int, reps: int, *, feature: str = "density", level: float =
             warnings.simplefilter("ignore")
             res = ccme.fit(PAPER_FORMULA, data, propensity="forest", seed=seed0 + r, tune="none")
             y = np.linspace(-5.0, 45.0, grid_size)
-            b = res.bands(level, PAPER_PROFILES, arm=1, y=y, feature=feature, n_boot=n_boot)
-        target = smoothed_target(y, PAPER_PROFILES, res._embedding(1).y_kernel.bandwidth_array[0], 1, feature)
+            b = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, feature=feature, n_boot=n_boot)
+        target = smoothed_target(y, PAPER_PROFILES, res.embedding(1).y_kernel.bandwidth_array[0], 1, feature)
         inside = (b.lower <= target) & (target <= b.upper)
         inside_s = (b.lower_simultaneous <= target) & (target <= b.upper_simultaneous)
         point.append(inside.mean(axis=1))

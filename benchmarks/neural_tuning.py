@@ -35,7 +35,7 @@ def run(data, seed, method, mode, tune):
         res = ccme.fit(FORMULA, data, method=method, mode=mode, propensity="forest", seed=seed, progress=False,
                        tune=tune)
         for arm in (1, 0):                      # trains every fold and arm
-            res.density(res.default_grid(5), ccme.datasets.PAPER_PROFILES, arm=arm)
+            res.density(res.default_grid(5), newdata=ccme.datasets.PAPER_PROFILES, arm=arm)
         seconds = time.perf_counter() - started
         ise = {arm: paper_simulation_ise(res, arm=arm, n_test=500, seed=seed) for arm in (1, 0)}
     return res, ise, seconds

@@ -40,7 +40,7 @@ def main():
         warnings.simplefilter("ignore")
         res = ccme.fit(FORMULA, data, seed=1, propensity=args.propensity, tune=args.tune)
     fitted = time.perf_counter()
-    dens = res.density(grid, newdata, arm=1)
+    dens = res.density(grid, newdata=newdata, arm=1)
     done = time.perf_counter()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     truth = paper_simulation_density(grid, V, arm=1)

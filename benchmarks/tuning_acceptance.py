@@ -47,7 +47,7 @@ def main():
                     started = time.perf_counter()
                     res = ccme.fit(FORMULA, data, seed=seed, propensity="forest", **kwargs)
                     # Build both arms now, so that the time is the whole fit's.
-                    res.mean(data.iloc[:1], arm=1), res.mean(data.iloc[:1], arm=0)
+                    res.mean(newdata=data.iloc[:1], arm=1), res.mean(newdata=data.iloc[:1], arm=0)
                     seconds = time.perf_counter() - started
                 ise = [paper_simulation_ise(res, arm=a, n_test=args.n_test, seed=seed) for a in (1, 0)]
                 out[name] = (ise, seconds, res.timing.get("tuning", 0.0))

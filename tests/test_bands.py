@@ -37,17 +37,17 @@ def res():
 @pytest.mark.parametrize("feature", ["density", "cdf"])
 def test_band_construction(res, feature):
     y = np.linspace(-5, 45, 60)
-    b = res.bands(0.9, PAPER_PROFILES, arm=0, y=y, feature=feature, n_boot=99, seed=1)
+    b = res.bands(0.9, newdata=PAPER_PROFILES, arm=0, y=y, feature=feature, n_boot=99, seed=1)
     assert b.estimate.shape == (2, 60) and b.index == ["v1", "v2"]
     # estimate = raw / mass (unit-mass smoothed estimate)
-    raw = (res.density if feature == "density" else res.cdf)(y, PAPER_PROFILES, 0, normalize=False)
-    mass = res._embedding(0).moments(res._v(PAPER_PROFILES))[0]
+    raw = (res.density if feature == "density" else res.cdf)(y, newdata=PAPER_PROFILES, arm=0, normalize=False)
+    mass = res.embedding(0).moments(v=PAPER_PROFILES)[0]
     np.testing.assert_allclose(b.estimate, raw / mass[:, None], rtol=1e-9, atol=1e-12)
     assert np.all(b.lower <= b.estimate) and np.all(b.estimate <= b.upper)
     assert np.mean(b.upper_simultaneous - b.lower_simultaneous) > np.mean(b.upper - b.lower)  # sup-t is wider
     assert np.all(b.se >= 0) and b.se.max() > 0
     assert len(b.to_frame()) == 120
-    again = res.bands(0.9, PAPER_PROFILES, arm=0, y=y, feature=feature, n_boot=99, seed=1)
+    again = res.bands(0.9, newdata=PAPER_PROFILES, arm=0, y=y, feature=feature, n_boot=99, seed=1)
     np.testing.assert_array_equal(b.upper, again.upper)
 
 
@@ -69,7 +69,7 @@ def test_band_coverage_matches_measurement():
             warnings.simplefilter("ignore")
             fit = ccme.fit(PAPER_FORMULA, paper_simulation(1000, seed=seed), propensity="forest", seed=seed,
                            tune="none")
-            b = fit.bands(0.9, PAPER_PROFILES, arm=1, y=y, n_boot=199)
-        target = smoothed_target(y, PAPER_PROFILES, fit._embedding(1).y_kernel.bandwidth_array[0], 1)
+            b = fit.bands(0.9, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=199)
+        target = smoothed_target(y, PAPER_PROFILES, fit.embedding(1).y_kernel.bandwidth_array[0], 1)
         coverage.append(np.mean((b.lower <= target) & (target <= b.upper)))
     assert 0.45 <= np.mean(coverage) <= 0.9

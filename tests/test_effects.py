@@ -11,6 +11,7 @@ benchmarks/calibration.py, numbers in its docstring).
 """
 
 import sys
+import dataclasses
 import warnings
 from pathlib import Path
 
@@ -19,7 +20,9 @@ import pandas as pd
 import pytest
 
 import ccme
-from ccme import _backend, _twins, bootstrap, effects
+from ccme import _backend, bootstrap, effects
+from ccme.estimators.base import FoldArm
+import twins as _twins  # the numpy twins, beside the tests
 from ccme.datasets import PAPER_PROFILES, paper_simulation
 from ccme.errors import DataError, ParameterError
 
@@ -81,33 +84,37 @@ def test_quadratic_forms_errors():
 # -- functionals ----------------------------------------------------------------
 def test_quantile_inverts_cdf(res):
     q = np.array([0.05, 0.25, 0.5, 0.75, 0.95])
-    Q = res.quantile(q, PAPER_PROFILES, arm=1)
+    Q = res.quantile(q, newdata=PAPER_PROFILES, arm=1)
     assert Q.shape == (2, 5) and np.all(np.diff(Q, axis=1) > 0)
     step = np.diff(effects.fine_grid(res)[:2])[0]
     for i in range(2):
-        F = res.cdf(Q[i], PAPER_PROFILES.iloc[[i]], arm=1)[0]
+        F = res.cdf(Q[i], newdata=PAPER_PROFILES.iloc[[i]], arm=1)[0]
         # F is Lipschitz with the density's maximum; one grid step of error in Q.
-        slack = step * res.density(effects.fine_grid(res), PAPER_PROFILES.iloc[[i]], 1, normalize=False).max()
+        slack = step * res.density(effects.fine_grid(res), newdata=PAPER_PROFILES.iloc[[i]], arm=1, normalize=False).max()
         assert np.all(np.abs(F - q) <= slack + 1e-9)
-    assert res.quantile(0.5, PAPER_PROFILES).shape == (2,)
-    lo_hi = res.interval(0.8, PAPER_PROFILES, arm=0)
-    np.testing.assert_allclose(lo_hi, res.quantile([0.1, 0.9], PAPER_PROFILES, arm=0))
+    assert res.quantile(0.5, newdata=PAPER_PROFILES).shape == (2,)
+    lo_hi = res.interval(0.8, newdata=PAPER_PROFILES, arm=0)
+    np.testing.assert_allclose(lo_hi, res.quantile([0.1, 0.9], newdata=PAPER_PROFILES, arm=0))
 
 
 def test_mode_is_density_argmax(res):
     grid = effects.fine_grid(res)
-    dens = res.density(grid, PAPER_PROFILES, arm=0, normalize=False)
-    np.testing.assert_array_equal(res.density_mode(PAPER_PROFILES, arm=0), grid[np.argmax(dens, axis=1)])
+    dens = res.density(grid, newdata=PAPER_PROFILES, arm=0, normalize=False)
+    np.testing.assert_array_equal(res.density_mode(newdata=PAPER_PROFILES, arm=0), grid[np.argmax(dens, axis=1)])
     cand = np.array([0.0, 5.0, 20.0])
-    want = cand[np.argmax(res.density(cand, PAPER_PROFILES, arm=0, normalize=False), axis=1)]
-    np.testing.assert_array_equal(res.density_mode(PAPER_PROFILES, arm=0, candidates=cand), want)
+    want = cand[np.argmax(res.density(cand, newdata=PAPER_PROFILES, arm=0, normalize=False), axis=1)]
+    np.testing.assert_array_equal(res.density_mode(newdata=PAPER_PROFILES, arm=0, candidates=cand), want)
 
 
-class _PointMass:
+class _PointMass(FoldArm):
     """A fold part with fixed positive weights 1/N on given atoms (an embedding of an empirical law)."""
 
     def __init__(self, atoms):
-        self.atoms = atoms
+        self._atoms = atoms
+
+    @property
+    def atoms(self):
+        return self._atoms
 
     def contract(self, V_eval, points, feature, y_kernel, out, scale, n_threads=0):
         F = _backend.atom_features(self.atoms, points, feature, y_kernel.name, y_kernel.bandwidth_array)
@@ -122,10 +129,10 @@ def test_sample_herding_positive_weights():
     herded points and the smoothed CDF (bimodal atoms), |mean error| 0.012; bounds 0.05 and 0.05."""
     rng = np.random.default_rng(0)
     atoms = np.concatenate([rng.normal(0, 1, 300), rng.normal(10, 1, 200)])[:, None]
-    emb = ccme.embedding.ArmEmbedding([_PointMass(atoms)], ccme.kernels.Kernel("gaussian", (0.4,)))
-    s = emb.sample(np.zeros((1, 1)), 400, np.random.default_rng(1))[0, :, 0]
+    emb = ccme.Embedding([_PointMass(atoms)], ccme.kernels.Kernel("gaussian", (0.4,)))
+    s = emb.sample(400, v=np.zeros((1, 1)), seed=np.random.default_rng(1))[0, :, 0]
     grid = np.linspace(-5, 15, 2001)
-    F = emb.cdf(np.zeros((1, 1)), grid[:, None])[0]
+    F = emb.cdf(grid[:, None], v=np.zeros((1, 1)))[0]
     assert np.max(np.abs(np.searchsorted(np.sort(s), grid, side="right") / 400 - F)) <= 0.05
     assert abs(s.mean() - atoms.mean()) <= 0.05
 
@@ -134,24 +141,24 @@ def test_sample_on_a_fit(res):
     """Shapes, reproducibility by seed.  (With the signed DR weights of this small untuned fit the target lies
     outside the probability embeddings; herding then follows its positive part: measured Kolmogorov
     distance 0.19-0.32 to the clipped density's CDF, so no closeness is asserted here.)"""
-    s = res.sample(50, PAPER_PROFILES, arm=1, seed=0)
+    s = res.sample(50, newdata=PAPER_PROFILES, arm=1, seed=0)
     assert s.shape == (2, 50) and np.all(np.isfinite(s))
-    np.testing.assert_array_equal(s, res.sample(50, PAPER_PROFILES, arm=1, seed=0))
-    assert not np.array_equal(s, res.sample(50, PAPER_PROFILES, arm=1, seed=1))
+    np.testing.assert_array_equal(s, res.sample(50, newdata=PAPER_PROFILES, arm=1, seed=0))
+    assert not np.array_equal(s, res.sample(50, newdata=PAPER_PROFILES, arm=1, seed=1))
 
 
 def test_multivariate_outcome(res2d):
     prof = res2d.profiles()
-    assert res2d.density_mode(prof).shape == (3, 2)
-    assert res2d.sample(20, prof, seed=1).shape == (3, 20, 2)
-    for call in (lambda: res2d.quantile(0.5, prof), lambda: res2d.interval(0.9, prof)):
+    assert res2d.density_mode(newdata=prof).shape == (3, 2)
+    assert res2d.sample(20, newdata=prof, seed=1).shape == (3, 20, 2)
+    for call in (lambda: res2d.quantile(0.5, newdata=prof), lambda: res2d.interval(0.9, newdata=prof)):
         with pytest.raises(DataError, match="one-dimensional"):
             call()
-    table = res2d.effect(prof)
-    assert {"mean diff[y]", "mean diff[y2]", "mmd"} <= set(table.columns)
-    assert res2d.test_effect(prof, statistic="mean", n_boot=49).table.shape == (3, 2)
+    table = res2d.effect(newdata=prof)
+    assert set(zip(table.term, table.outcome.fillna(""))) == {("mean_diff", "y"), ("mean_diff", "y2"), ("mmd", "")}
+    assert res2d.test_effect(newdata=prof, statistic="mean", n_boot=49).table.shape == (3, 2)
     with pytest.raises(DataError, match="one-dimensional"):
-        res2d.test_effect(prof, statistic="mmd", n_boot=49)
+        res2d.test_effect(newdata=prof, statistic="mmd", n_boot=49)
 
 
 def test_bad_arguments(res):
@@ -162,41 +169,55 @@ def test_bad_arguments(res):
     with pytest.raises(ParameterError, match="`n`"):
         res.sample(0)
     with pytest.raises(ParameterError, match="n_boot"):
-        res.test_effect(PAPER_PROFILES, n_boot=5)
+        res.test_effect(newdata=PAPER_PROFILES, n_boot=5)
     with pytest.raises(ParameterError, match="statistic"):
-        res.test_effect(PAPER_PROFILES, statistic="ks")
+        res.test_effect(newdata=PAPER_PROFILES, statistic="ks")
 
 
 # -- effects ----------------------------------------------------------------------
 def test_effect_table(res):
-    table = res.effect(PAPER_PROFILES, q=[0.25, 0.75])
-    np.testing.assert_allclose(table["mean diff"], res.mean(PAPER_PROFILES, 1) - res.mean(PAPER_PROFILES, 0))
-    qte = res.quantile([0.25, 0.75], PAPER_PROFILES, 1) - res.quantile([0.25, 0.75], PAPER_PROFILES, 0)
-    np.testing.assert_allclose(table[["qte 0.25", "qte 0.75"]].to_numpy(), qte)
-    assert np.all((table["kolmogorov"] >= 0) & (table["kolmogorov"] <= 1))
-    assert np.all(table["wasserstein"] > 0)
-    assert list(table.index) == ["v1", "v2"]
+    table = res.effect(newdata=PAPER_PROFILES, q=[0.25, 0.75])
+    assert list(table.columns) == ["profile", "term", "outcome", "level", "estimate"]
+    wide = table.pivot_table(index="profile", columns=["term", "level"], values="estimate", dropna=False)
+
+    def term(name, level=np.nan):
+        rows = table[(table.term == name) & ((table.level == level) | (np.isnan(level) & table.level.isna()))]
+        assert list(rows.profile) == ["v1", "v2"]
+        return rows["estimate"].to_numpy()
+
+    np.testing.assert_allclose(term("mean_diff"),
+                               res.mean(newdata=PAPER_PROFILES, arm=1) - res.mean(newdata=PAPER_PROFILES, arm=0))
+    qte = (res.quantile([0.25, 0.75], newdata=PAPER_PROFILES, arm=1)
+           - res.quantile([0.25, 0.75], newdata=PAPER_PROFILES, arm=0))
+    np.testing.assert_allclose(np.column_stack([term("qte", 0.25), term("qte", 0.75)]), qte)
+    assert np.all((term("kolmogorov") >= 0) & (term("kolmogorov") <= 1))
+    assert np.all(term("wasserstein") > 0)
+    assert wide.shape[0] == 2
 
 
 def test_mmd_matches_naive_quadratic_form(res):
     V = res._v(PAPER_PROFILES)
-    a1, c1 = res._embedding(1).weights(V)
-    a0, c0 = res._embedding(0).weights(V)
+    a1, c1 = res.embedding(1).weights(V)
+    a0, c0 = res.embedding(0).weights(V)
     k = res.kernels["y"]
     naive = _twins.kernel_quadratic_forms(np.vstack([a1, a0]), np.vstack([c1, -c0]), k.name, k.bandwidth_array)
-    got = effects.mmd(res._embedding(1), res._embedding(0), V, k)
+    got = res.embedding(1).mmd(res.embedding(0), v=V)
     np.testing.assert_allclose(got, np.sqrt(naive), rtol=1e-9)
-    np.testing.assert_allclose(res.effect(PAPER_PROFILES)["mmd"], got, rtol=1e-12)
-    assert np.all(effects.mmd(res._embedding(1), res._embedding(1), V, k) < 1e-7)
+    np.testing.assert_allclose(res.embedding(1).mmd_squared(res.embedding(0), v=V), naive, rtol=1e-9)
+    table = res.effect(newdata=PAPER_PROFILES)
+    np.testing.assert_allclose(table.loc[table.term == "mmd", "estimate"], got, rtol=1e-12)
+    np.testing.assert_allclose(res.mmd(newdata=PAPER_PROFILES), got, rtol=1e-12)
+    assert np.all(res.embedding(1).mmd(res.embedding(1), v=V) < 1e-7)
 
 
 def test_mmd_quadrature_matches_exact(res):
     """The bootstrap's grid form of ‖μ̂₁ − μ̂₀‖² equals the exact one (measured agreement ~1e-15 relative)."""
     V = res._v(PAPER_PROFILES)
     t, w, s = bootstrap._mmd_grid(res)
-    lin = {a: bootstrap._linear(res, a, V, t[:, None], "density", "gaussian", np.array([s]), 0) for a in (1, 0)}
+    lin = {a: bootstrap._linear(res, a, V, t[:, None], "density", ccme.kernels.Kernel("gaussian", (s,)))
+           for a in (1, 0)}
     diff = sum(p.estimate() for p in lin[1]) - sum(p.estimate() for p in lin[0])
-    exact = effects.mmd(res._embedding(1), res._embedding(0), V, res.kernels["y"])
+    exact = res.embedding(1).mmd(res.embedding(0), v=V)
     np.testing.assert_allclose(np.sqrt((diff**2) @ w), exact, rtol=1e-8)
 
 
@@ -205,11 +226,11 @@ def test_unit_features_reproduce_the_estimate(res):
     """Σ_i β_i(v) P_i(y) over the folds is the raw density; the residual identity matches K_V explicitly."""
     V = res._v(PAPER_PROFILES)
     y = res.default_grid(50)[:, None]
-    k = res._embedding(1).y_kernel
-    lin = bootstrap._linear(res, 1, V, y, "density", k.name, k.bandwidth_array, 0)
-    np.testing.assert_allclose(sum(p.estimate() for p in lin), res.density(y, PAPER_PROFILES, 1, normalize=False),
+    k = res.embedding(1).y_kernel
+    lin = bootstrap._linear(res, 1, V, y, "density", k)
+    np.testing.assert_allclose(sum(p.estimate() for p in lin), res.density(y, newdata=PAPER_PROFILES, arm=1, normalize=False),
                                rtol=1e-9, atol=1e-12)
-    part = res._embedding(1).parts[0]
+    part = res.embedding(1).parts[0]
     K = _twins.gram(part.V1, part.V1, part.v_kernel.name, part.v_kernel.bandwidth_array)
     H = K @ np.linalg.inv(part.L_V @ part.L_V.T)
     P = lin[0].P
@@ -217,15 +238,12 @@ def test_unit_features_reproduce_the_estimate(res):
 
 
 def test_bootstrap_needs_ridge(res):
-    class NotRidge:
-        pass
-
-    fake = object.__new__(type(res))
-    fake.__dict__.update(res.__dict__)
-    fake._embeddings = {a: ccme.embedding.ArmEmbedding([NotRidge()], res._embedding(1).y_kernel) for a in (1, 0)}
-    fake.method = "neural"
-    with pytest.raises(ParameterError, match="method='ridge'"):
-        bootstrap.test_effect(fake, res._v(PAPER_PROFILES), ["v1", "v2"], statistic="mmd", n_boot=49, seed=0)
+    """A fold-arm without a linear second stage (here: point masses) gets a clear error naming the methods."""
+    atoms = np.zeros((3, 1))
+    fake = dataclasses.replace(res, method="neural", embeddings={
+        a: ccme.Embedding([_PointMass(atoms)], res.embedding(1).y_kernel) for a in (1, 0)})
+    with pytest.raises(ParameterError, match=r"linear second stage \(method in \['ridge'\]\).*method='neural'"):
+        fake.test_effect(newdata=PAPER_PROFILES, n_boot=49, seed=0)
 
 
 def _fit(n, scale, seed):
@@ -250,13 +268,13 @@ def test_effect_calibration_small():
     """
     rejections = 0
     for seed in range(12):
-        rejections += _fit(300, 1.0, seed).test_effect(n_boot=99, n_global=10).pvalue <= 0.10
+        rejections += _fit(300, 1.0, seed).test_effect(n_boot=99, n_global=10).p_value <= 0.10
     assert rejections <= 3
     global_hits = 0
     for seed in range(100, 103):
         fit = _fit(600, 2.5, seed)
-        global_hits += fit.test_effect(n_boot=99, n_global=10).pvalue <= 0.10
-        assert fit.test_effect(SCALE_PROFILES.iloc[[1]], n_boot=99).pvalue <= 0.05
+        global_hits += fit.test_effect(n_boot=99, n_global=10).p_value <= 0.10
+        assert fit.test_effect(newdata=SCALE_PROFILES.iloc[[1]], n_boot=99).p_value <= 0.05
     assert global_hits >= 2
-    table = _fit(300, 1.0, 0).test_effect(SCALE_PROFILES, n_boot=49).table
-    assert list(table.index) == list(SCALE_PROFILES.index) and np.all((table.pvalue > 0) & (table.pvalue <= 1))
+    table = _fit(300, 1.0, 0).test_effect(newdata=SCALE_PROFILES, n_boot=49).table
+    assert list(table.index) == list(SCALE_PROFILES.index) and np.all((table.p_value > 0) & (table.p_value <= 1))

@@ -21,7 +21,7 @@ F = "y ~ a | x1 + x2 | x3"
 def test_data_not_modified(data):
     before = data.copy(deep=True)
     res = ccme.fit(F, data, seed=1)
-    res.density(np.linspace(0, 10, 5), data.iloc[:3])
+    res.density(np.linspace(0, 10, 5), newdata=data.iloc[:3])
     res.summary()
     pd.testing.assert_frame_equal(data, before)
 
@@ -81,9 +81,9 @@ def test_treatment_checks(data):
     by_label = ccme.fit(F, strings, seed=1, treated="job")
     by_number = ccme.fit(F, data, seed=1)
     grid = np.linspace(0, 30, 7)
-    np.testing.assert_allclose(by_label.density(grid, data.iloc[:3]), by_number.density(grid, data.iloc[:3]))
+    np.testing.assert_allclose(by_label.density(grid, newdata=data.iloc[:3]), by_number.density(grid, newdata=data.iloc[:3]))
     as_bool = ccme.fit(F, data.assign(a=data["a"] == 1), seed=1)
-    np.testing.assert_allclose(as_bool.density(grid, data.iloc[:3]), by_number.density(grid, data.iloc[:3]))
+    np.testing.assert_allclose(as_bool.density(grid, newdata=data.iloc[:3]), by_number.density(grid, newdata=data.iloc[:3]))
 
 
 def test_too_few_units_in_an_arm(data):
@@ -133,15 +133,15 @@ def test_newdata_checks(data):
     res = ccme.fit(F, data, seed=1)
     grid = np.linspace(0, 30, 5)
     with pytest.raises(DataError, match=r"lacks the column\(s\) \['x2'\]"):
-        res.density(grid, data[["x1"]])
+        res.density(grid, newdata=data[["x1"]])
     with pytest.raises(DataError, match="missing or infinite"):
-        res.density(grid, data.assign(x1=np.nan).iloc[:2])
+        res.density(grid, newdata=data.assign(x1=np.nan).iloc[:2])
     with pytest.raises(ParameterError, match="`arm` must be 1"):
         res.density(grid, arm=2)
     with pytest.raises(DataError, match="increasing grid"):
-        res.density(grid[::-1], data.iloc[:2])
+        res.density(grid[::-1], newdata=data.iloc[:2])
     with pytest.raises(DataError, match="column"):
-        res.density(np.ones((3, 2)), data.iloc[:2])
+        res.density(np.ones((3, 2)), newdata=data.iloc[:2])
 
 
 def test_positivity_failure_is_an_error():

@@ -63,7 +63,7 @@ def test_fit_with_categorical_v_and_profiles(frame):
     prof = res.profiles()
     assert list(prof.index) == ["q25", "q50", "q75"]
     assert prof["group"].iloc[0] in {"north", "south", "west"}
-    assert res.mean(prof).shape == (3,)
+    assert res.mean(newdata=prof).shape == (3,)
     assert res.propensity_columns == ("age", "inc")
     assert res.outcome_columns == ("age", "group[north]", "group[south]", "group[west]")
 

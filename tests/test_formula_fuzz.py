@@ -117,7 +117,7 @@ def test_hostile_column_names_quoted_fit(names, shape):
         assert str(exc)
         return
     # A parse must be usable: the functionals at new rows encode them like the training data.
-    dens = res.density(res.default_grid(20), data.iloc[:3], arm=1)
+    dens = res.density(res.default_grid(20), newdata=data.iloc[:3], arm=1)
     assert dens.shape == (3, 20) and np.isfinite(dens).all()
     assert res.profiles().shape[0] == 3
     assert set(res.design.v_variables) <= set(names)
@@ -130,7 +130,7 @@ def test_quoted_dotted_names_are_read_by_newdata(name):
     res = ccme.fit(f"y ~ a | I(`{name}` ** 2) + `{name}`", data, seed=1, tune="none",
                    propensity=np.full(len(data), 0.5))
     assert res.design.v_variables == (name,)
-    np.testing.assert_allclose(res.mean(data.iloc[:4]), res.mean()[:4])
+    np.testing.assert_allclose(res.mean(newdata=data.iloc[:4]), res.mean()[:4])
 
 
 def test_transform_giving_nan_is_a_data_error_or_dropped():
@@ -142,7 +142,7 @@ def test_transform_giving_nan_is_a_data_error_or_dropped():
         res = ccme.fit("y ~ a | np.log(v)", data, seed=1, tune="none", na_action="drop")
     assert res.n == 24 - n_bad and res.design.n_dropped == n_bad
     with pytest.raises(DataError, match="after the formula's transforms"):
-        res.density([0.0, 1.0], pd.DataFrame({"v": [-1.0]}))
+        res.density([0.0, 1.0], newdata=pd.DataFrame({"v": [-1.0]}))
 
 
 @pytest.mark.parametrize("column, text, hint", [

@@ -43,10 +43,10 @@ def _assert_same(res, back):
     newdata = _newdata(res)
     for arm in (1, 0):
         for nd in (None, newdata):
-            np.testing.assert_array_equal(res.density(grid, nd, arm=arm), back.density(grid, nd, arm=arm))
-            np.testing.assert_array_equal(res.cdf(grid, nd, arm=arm), back.cdf(grid, nd, arm=arm))
-            np.testing.assert_array_equal(res.mean(nd, arm=arm), back.mean(nd, arm=arm))
-            np.testing.assert_array_equal(res.var(nd, arm=arm), back.var(nd, arm=arm))
+            np.testing.assert_array_equal(res.density(grid, newdata=nd, arm=arm), back.density(grid, newdata=nd, arm=arm))
+            np.testing.assert_array_equal(res.cdf(grid, newdata=nd, arm=arm), back.cdf(grid, newdata=nd, arm=arm))
+            np.testing.assert_array_equal(res.mean(newdata=nd, arm=arm), back.mean(newdata=nd, arm=arm))
+            np.testing.assert_array_equal(res.var(newdata=nd, arm=arm), back.var(newdata=nd, arm=arm))
     assert str(res.summary()) == str(back.summary())
     pd.testing.assert_frame_equal(res.tidy(), back.tidy())
     pd.testing.assert_frame_equal(res.profiles(), back.profiles())
@@ -75,15 +75,15 @@ def test_ridge_round_trip_is_bit_identical(data, mode, tmp_path):
     bad = _newdata(res).astype({"g": object})
     bad.iloc[0, bad.columns.get_loc("g")] = "unknown"
     with pytest.raises(ccme.DataError, match="not seen"):
-        back.density(res.default_grid(10), bad)
+        back.density(res.default_grid(10), newdata=bad)
 
 
 def test_lazy_arms_are_built_before_saving(data, tmp_path):
     """An unused result saves both arms; the loaded result equals the original once it builds them."""
     res = _fit(data, tune="none")
-    assert all(res._embeddings[arm]._parts is None for arm in (1, 0))
+    assert all(res.embeddings[arm]._parts is None for arm in (1, 0))
     back = ccme.load(res.save(tmp_path / "lazy.ccme"))
-    assert all(back._embeddings[arm]._parts is not None for arm in (1, 0))
+    assert all(back.embeddings[arm]._parts is not None for arm in (1, 0))
     _assert_same(res, back)
 
 
@@ -97,8 +97,8 @@ def test_neural_round_trip_is_bit_identical(data, method, mode, tmp_path):
     back = ccme.load(res.save(tmp_path / "neural.ccme"))
     grid = res.default_grid(40)
     for arm in (1, 0):
-        np.testing.assert_array_equal(res.density(grid, _newdata(res), arm=arm),
-                                      back.density(grid, _newdata(res), arm=arm))
+        np.testing.assert_array_equal(res.density(grid, newdata=_newdata(res), arm=arm),
+                                      back.density(grid, newdata=_newdata(res), arm=arm))
         np.testing.assert_array_equal(res.mean(arm=arm), back.mean(arm=arm))
     assert str(res.summary()) == str(back.summary())
     pd.testing.assert_frame_equal(res.training_history(), back.training_history())
@@ -118,7 +118,7 @@ def test_file_holds_only_json_and_plain_arrays(data, tmp_path):
                     assert np.load(handle, allow_pickle=False).dtype != object
     assert meta["format_version"] == ccme_io.FORMAT_VERSION
     # each Cholesky factor is stored as its packed lower triangle, each distinct array once
-    part = res._embeddings[1].parts[0]
+    part = res.embeddings[1].parts[0]
     n = part.L_V.shape[0]
     assert [n * (n + 1) // 2] in [info["shape"] for info in meta["arrays"].values()]
     assert json.dumps(meta).count('"tril"') >= 2

@@ -42,7 +42,7 @@ def test_factor_bytes_is_what_the_fit_holds(data, mode):
     res = _fit(data, mode=mode, folds=3)
     held = {}
     for arm in (1, 0):
-        for part in res._embeddings[arm].parts:
+        for part in res.embeddings[arm].parts:
             for L in (part.L_V, part.L_X0):
                 if L.size:
                     held[id(L)] = L.nbytes

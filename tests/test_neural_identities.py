@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ccme  # noqa: E402
-from ccme import _twins  # noqa: E402
+import twins as _twins  # noqa: E402  (the numpy twins, beside the tests)
 from ccme.estimators.base import contract_factored  # noqa: E402
 from ccme.estimators.deep_feature import PseudoOutcomeGram, heldout_loss, trace_loss  # noqa: E402
 from ccme.estimators.neural_kernel import nk_loss, pseudo_outcome_targets  # noqa: E402
@@ -167,14 +167,14 @@ def test_deep_feature_density_equals_eq_df_density(small_fits):
         V = res.design.encode_v(newdata)
         sigma = res.kernels["y"].bandwidth_array[0]
         expected = np.zeros((len(V), len(y)))
-        for part in res._embeddings[1].parts:
+        for part in res.embeddings[1].parts:
             fm, ps = part.feature_map, part.pseudo
             beta = fm.Psi @ np.linalg.solve(fm.G, fm(V).T)                      # Ψ(ΨᵀΨ + nλ₁I)⁻¹ψ(v)
             bracket = naive_gram(y[:, None], ps["Y1"], sigma) * ps["a"]        # k_Y1(y)ᵀ D_a
             if "U" in ps:                                                      # + k_Y0(y)ᵀ P₀ Ψ̂₀₁ᵀ D_b
                 bracket = bracket + naive_gram(y[:, None], ps["Y0"], sigma) @ ps["P0"] @ ps["U"].T
-            expected += (bracket @ beta).T / len(res._embeddings[1].parts)
-        np.testing.assert_allclose(res.density(y, newdata, arm=1, normalize=False), expected, rtol=1e-9,
+            expected += (bracket @ beta).T / len(res.embeddings[1].parts)
+        np.testing.assert_allclose(res.density(y, newdata=newdata, arm=1, normalize=False), expected, rtol=1e-9,
                                    atol=1e-12)
 
 
@@ -187,12 +187,12 @@ def test_neural_kernel_density_equals_eq_nk_density(small_fits):
         V = res.design.encode_v(newdata)
         sigma = res.kernels["y"].bandwidth_array[0]
         grid = res.hyperparameters["grid"]
-        parts = res._embeddings[0].parts
+        parts = res.embeddings[0].parts
         expected = sum(
             part.net(torch.as_tensor(part.standardizer(V))).detach().numpy() @ naive_gram(grid, y[:, None], sigma)
             for part in parts
         ) / len(parts)
-        np.testing.assert_allclose(res.density(y, newdata, arm=0, normalize=False), expected, rtol=1e-9,
+        np.testing.assert_allclose(res.density(y, newdata=newdata, arm=0, normalize=False), expected, rtol=1e-9,
                                    atol=1e-12)
-        atoms, w = res._embeddings[0].weights(V)
+        atoms, w = res.embeddings[0].weights(V)
         np.testing.assert_allclose(w.T @ naive_gram(atoms, y[:, None], sigma), expected, rtol=1e-9, atol=1e-12)

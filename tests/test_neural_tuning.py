@@ -76,12 +76,12 @@ def test_tuned_fit_equals_the_untuned_fit_at_the_chosen_values(data, tuned):
 def test_recorded_criterion_is_the_refit_validation_loss(data, tuned):
     """Each λ₁ curve's value at a grid point = the best stage-2 validation loss of a fit with that λ₁."""
     curve = next(c for c in _curves(tuned, "lam1") if c.arm == 1)
-    part = tuned._embeddings[1].parts[0]
+    part = tuned.embeddings[1].parts[0]
     assert min(part.history[2].validation) == curve.criterion[np.argmin(curve.criterion)]
     other = int(np.argmax(curve.criterion))
     chosen = tuned.tuning.chosen
     refit = _fit(data, tune="none", lam0=chosen["lam0"], lam1={1: float(curve.values[other]), 0: chosen["lam1"][0]})
-    assert min(refit._embeddings[1].parts[0].history[2].validation) == pytest.approx(curve.criterion[other],
+    assert min(refit.embeddings[1].parts[0].history[2].validation) == pytest.approx(curve.criterion[other],
                                                                                        rel=1e-12)
 
 

@@ -39,10 +39,10 @@ def test_duplicated_rows_fit_and_the_default_needs_no_jitter(data):
     tripled = pd.concat([data, data, data], ignore_index=True)
     res = ccme.fit(F, tripled, seed=1, tune="none", propensity=_scores(tripled))
     grid = res.default_grid()
-    dens = res.density(grid, res.profiles())
+    dens = res.density(grid, newdata=res.profiles())
     assert np.isfinite(dens).all()
     np.testing.assert_allclose(np.trapezoid(dens, grid, axis=1), 1.0, rtol=1e-10)
-    jitters = [v for p in res._embedding(1).parts + res._embedding(0).parts for v in p.jitter.values()]
+    jitters = [v for p in res.embedding(1).parts + res.embedding(0).parts for v in p.jitter.values()]
     assert max(jitters) == 0.0  # K + nλI with λ = 0.01 is well conditioned
     assert "Cholesky jitter" not in str(res.summary())
 
@@ -52,10 +52,10 @@ def test_singular_gram_gets_jitter_by_the_rule_and_the_summary_says_so(data):
     tripled = pd.concat([data, data, data], ignore_index=True)
     res = ccme.fit(F, tripled, seed=1, tune="none", lam=1e-20, propensity=_scores(tripled))
     grid = res.default_grid()
-    dens = res.density(grid, res.profiles())
+    dens = res.density(grid, newdata=res.profiles())
     assert np.isfinite(dens).all()
     np.testing.assert_allclose(np.trapezoid(dens, grid, axis=1), 1.0, rtol=1e-10)
-    jitters = [v for p in res._embedding(1).parts + res._embedding(0).parts for v in p.jitter.values()]
+    jitters = [v for p in res.embedding(1).parts + res.embedding(0).parts for v in p.jitter.values()]
     # Gaussian kernel: diag = 1, shift = nλ ≈ 0, so the jitter is a power of ten in [1e-10, 1e-4].
     assert max(jitters) > 0
     for j in jitters:
@@ -82,8 +82,8 @@ def test_constant_columns_are_ignored_with_a_warning(data):
     assert np.isinf(res.kernels["v"].bandwidth_array[2]) and np.isinf(res.kernels["x"].bandwidth_array[2])
     plain = ccme.fit(F, data, seed=1, tune="none", propensity=_scores(data))
     grid = np.linspace(-5, 25, 30)
-    np.testing.assert_allclose(res.density(grid, with_constant.iloc[:4], normalize=False),
-                               plain.density(grid, data.iloc[:4], normalize=False), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(res.density(grid, newdata=with_constant.iloc[:4], normalize=False),
+                               plain.density(grid, newdata=data.iloc[:4], normalize=False), rtol=1e-12, atol=1e-15)
     with pytest.warns(ccme.DataWarning, match=r"x_bandwidth"):  # a constant confounder: X only
         ccme.fit("y ~ a | x1 + x2 | x3 + c", with_constant, seed=1, tune="none", propensity=_scores(data))
 
@@ -99,7 +99,7 @@ def test_all_constant_v_or_x_is_a_clear_error(data):
         ccme.fit(F, data.assign(y=4.0), seed=1)
     # With a bandwidth given, a constant V is the marginal p(Y^a): the fit works.
     res = ccme.fit("y ~ a | c | x1", const, seed=1, tune="none", v_bandwidth=1.0, propensity=_scores(data))
-    np.testing.assert_allclose(res.mean(const.iloc[:3]), res.mean(const.iloc[:1]).repeat(3), rtol=1e-12)
+    np.testing.assert_allclose(res.mean(newdata=const.iloc[:3]), res.mean(newdata=const.iloc[:1]).repeat(3), rtol=1e-12)
 
 
 def test_median_heuristic_ignores_row_order_with_ties():
@@ -125,14 +125,14 @@ def test_extreme_outcome_scales_on_the_tuned_default_path(data, c):
     grid = scaled.default_grid()
     np.testing.assert_allclose(grid, c * res.default_grid(), rtol=1e-12, atol=1e-12 * c)
     for arm in (1, 0):
-        dens = scaled.density(grid, data.iloc[:3], arm=arm)
+        dens = scaled.density(grid, newdata=data.iloc[:3], arm=arm)
         assert np.isfinite(dens).all()
         np.testing.assert_allclose(np.trapezoid(dens, grid, axis=1), 1.0, rtol=1e-10)
-        base = res.density(grid / c, data.iloc[:3], arm=arm)
+        base = res.density(grid / c, newdata=data.iloc[:3], arm=arm)
         np.testing.assert_allclose(c * dens, base, rtol=1e-8, atol=1e-10 * base.max())
-        np.testing.assert_allclose(scaled.quantile([0.1, 0.5, 0.9], data.iloc[:3], arm=arm),
-                                   c * res.quantile([0.1, 0.5, 0.9], data.iloc[:3], arm=arm), rtol=1e-8)
-        np.testing.assert_allclose(scaled.sd(data.iloc[:3], arm=arm), c * res.sd(data.iloc[:3], arm=arm), rtol=1e-8)
+        np.testing.assert_allclose(scaled.quantile([0.1, 0.5, 0.9], newdata=data.iloc[:3], arm=arm),
+                                   c * res.quantile([0.1, 0.5, 0.9], newdata=data.iloc[:3], arm=arm), rtol=1e-8)
+        np.testing.assert_allclose(scaled.sd(newdata=data.iloc[:3], arm=arm), c * res.sd(newdata=data.iloc[:3], arm=arm), rtol=1e-8)
 
 
 def test_too_few_units_for_the_folds(data):

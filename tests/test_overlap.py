@@ -92,7 +92,7 @@ def test_trim_drops_units_from_the_second_stage(data):
     V = data[["x1", "x2"]].to_numpy()[:5]
     grid = np.linspace(-5, 25, 40)
     for arm in (1, 0):
-        np.testing.assert_allclose(res.density(grid, data.iloc[:5], arm=arm, normalize=False),
+        np.testing.assert_allclose(res.density(grid, newdata=data.iloc[:5], arm=arm, normalize=False),
                                    naive.density(res, grid[:, None], V, arm, np.clip(scores, 0.01, 0.99)),
                                    rtol=1e-8, atol=1e-12)
     text = str(res.summary())
@@ -114,8 +114,8 @@ def test_trimmed_units_have_no_influence_on_ipw(data):
     changed.loc[changed.index[out], "x1"] = -50.0
     other = ccme.fit(F, changed, propensity=scores, seed=4, trim=0.03, mode="ipw", **FIXED)
     grid = np.linspace(-5, 25, 30)
-    np.testing.assert_allclose(other.density(grid, data.iloc[:4], normalize=False),
-                               res.density(grid, data.iloc[:4], normalize=False), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(other.density(grid, newdata=data.iloc[:4], normalize=False),
+                               res.density(grid, newdata=data.iloc[:4], normalize=False), rtol=1e-12, atol=1e-15)
 
 
 def test_trim_below_clip_clips_the_kept_units(data):

@@ -37,31 +37,31 @@ def test_backend_is_agg():
 
 def test_plot_densities_with_truth_and_bands(res):
     fig, ax = plt.subplots()
-    out = res.plot(PAPER_PROFILES, truth=lambda y, p, a: paper_simulation_density(y, p, a), bands=True, n_boot=49,
+    out = res.plot(newdata=PAPER_PROFILES, truth=lambda y, p, a: paper_simulation_density(y, p, a), bands=True, n_boot=49,
                    ax=ax)
     assert out is ax
     # 2 profiles × 2 arms estimates + as many truth curves; one shaded band per profile and arm
     assert len(ax.lines) == 8 and len(_bands(ax)) == 4
     grid = res.default_grid()
-    np.testing.assert_allclose(ax.lines[0].get_ydata(), res.density(grid, PAPER_PROFILES.iloc[[0]], 1)[0])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), res.density(grid, newdata=PAPER_PROFILES.iloc[[0]], arm=1)[0])
 
 
 def test_plot_cdf(res):
-    ax = res.plot_cdf(PAPER_PROFILES, arm=1)
+    ax = res.plot_cdf(newdata=PAPER_PROFILES, arm=1)
     assert len(ax.lines) == 2 and not _bands(ax)
     y = ax.lines[0].get_ydata()
     assert np.all(np.diff(y) >= 0) and 0 <= y.min() and y.max() <= 1
-    ax = res.plot_cdf(PAPER_PROFILES, arm=0, bands=True, n_boot=49)
+    ax = res.plot_cdf(newdata=PAPER_PROFILES, arm=0, bands=True, n_boot=49)
     assert len(_bands(ax)) == 2
 
 
 def test_plot_effect(res):
-    ax = res.plot_effect(PAPER_PROFILES, q=[0.25, 0.5, 0.75], n_boot=49)
-    qte = res.quantile([0.25, 0.5, 0.75], PAPER_PROFILES, 1) - res.quantile([0.25, 0.5, 0.75], PAPER_PROFILES, 0)
+    ax = res.plot_effect(newdata=PAPER_PROFILES, q=[0.25, 0.5, 0.75], n_boot=49)
+    qte = res.quantile([0.25, 0.5, 0.75], newdata=PAPER_PROFILES, arm=1) - res.quantile([0.25, 0.5, 0.75], newdata=PAPER_PROFILES, arm=0)
     curves = [line for line in ax.lines if line.get_label().startswith("QTE")]
     assert len(curves) == 2 and len(_bands(ax)) == 2
     np.testing.assert_allclose(curves[1].get_ydata(), qte[1], atol=0.05)  # 801- vs 2001-point inversion grid
-    ax = res.plot_effect(PAPER_PROFILES, bands=False)
+    ax = res.plot_effect(newdata=PAPER_PROFILES, bands=False)
     assert not _bands(ax)
 
 

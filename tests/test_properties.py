@@ -118,8 +118,8 @@ def test_fit_raises_only_ccme_errors_and_gives_proper_densities(case, mode, fold
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for arm in (1, 0):
-            raw = res.density(grid, res.profiles(), arm=arm, normalize=False)
-            dens = res.density(grid, res.profiles(), arm=arm)
+            raw = res.density(grid, newdata=res.profiles(), arm=arm, normalize=False)
+            dens = res.density(grid, newdata=res.profiles(), arm=arm)
             assert np.isfinite(raw).all() and np.isfinite(dens).all() and (dens >= 0).all()
             has_mass = np.trapezoid(np.maximum(raw, 0), grid, axis=1) > 0
             np.testing.assert_allclose(np.trapezoid(dens[has_mass], grid, axis=1), 1.0, rtol=1e-10)
@@ -127,7 +127,7 @@ def test_fit_raises_only_ccme_errors_and_gives_proper_densities(case, mode, fold
             # A V-point whose estimated distribution has no positive mass gets NaN
             # CDF and moments, with a CcmeWarning (embedding.moments), never a number.
             cdf = res.cdf(grid, arm=arm)
-            mass = res._embedding(arm).moments(res.design.V)[0]
+            mass = res.embedding(arm).moments(v=res.design.V)[0]
             ok = mass > 0
             np.testing.assert_array_equal(np.isnan(cdf).any(axis=1), ~ok)
             assert (cdf[ok] >= 0).all() and (cdf[ok] <= 1).all() and (np.diff(cdf[ok], axis=1) >= 0).all()
@@ -162,9 +162,9 @@ def test_ridge_estimate_invariant_to_row_order(case, mode, folds, seed):
     grid = res.default_grid(50)
     newdata = res.profiles()
     for arm in (1, 0):
-        _close(other.density(grid, newdata, arm=arm, normalize=False),
-               res.density(grid, newdata, arm=arm, normalize=False))
-        _close(other.cdf(grid, newdata, arm=arm, normalize=False), res.cdf(grid, newdata, arm=arm, normalize=False))
+        _close(other.density(grid, newdata=newdata, arm=arm, normalize=False),
+               res.density(grid, newdata=newdata, arm=arm, normalize=False))
+        _close(other.cdf(grid, newdata=newdata, arm=arm, normalize=False), res.cdf(grid, newdata=newdata, arm=arm, normalize=False))
     for key in res.kernels:  # the rules see the same values in another order
         np.testing.assert_allclose(other.kernels[key].bandwidth_array, res.kernels[key].bandwidth_array, rtol=1e-12)
 
@@ -188,8 +188,8 @@ def test_ridge_estimate_invariant_to_column_order(case, mode, dot, seed):
     grid = res.default_grid(50)
     newdata = res.profiles()
     for arm in (1, 0):
-        _close(other.density(grid, newdata[list(reversed(newdata.columns))], arm=arm, normalize=False),
-               res.density(grid, newdata, arm=arm, normalize=False))
+        _close(other.density(grid, newdata=newdata[list(reversed(newdata.columns))], arm=arm, normalize=False),
+               res.density(grid, newdata=newdata, arm=arm, normalize=False))
 
 
 def _check_scaling(res, scaled, c):
@@ -199,13 +199,13 @@ def _check_scaling(res, scaled, c):
     for arm in (1, 0):
         np.testing.assert_allclose(scaled.outcome_kernel(arm).bandwidth_array, c * res.outcome_kernel(arm).bandwidth_array,
                                    rtol=1e-12)
-        base = res.density(grid, newdata, arm=arm, normalize=False)
-        _close(c * scaled.density(c * grid, newdata, arm=arm, normalize=False), base)
-        _close(c * scaled.density(c * grid, newdata, arm=arm), res.density(grid, newdata, arm=arm))
-        _close(scaled.cdf(c * grid, newdata, arm=arm), res.cdf(grid, newdata, arm=arm))
+        base = res.density(grid, newdata=newdata, arm=arm, normalize=False)
+        _close(c * scaled.density(c * grid, newdata=newdata, arm=arm, normalize=False), base)
+        _close(c * scaled.density(c * grid, newdata=newdata, arm=arm), res.density(grid, newdata=newdata, arm=arm))
+        _close(scaled.cdf(c * grid, newdata=newdata, arm=arm), res.cdf(grid, newdata=newdata, arm=arm))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _close(scaled.mean(newdata, arm=arm), c * res.mean(newdata, arm=arm))
+            _close(scaled.mean(newdata=newdata, arm=arm), c * res.mean(newdata=newdata, arm=arm))
 
 
 SCALES = st.sampled_from([1e-6, 1e-3, 0.37, 3.0, 1e3, 1e6])

@@ -29,7 +29,7 @@ def test_summary_prints_like_r(res):
     assert "\\begin{tabular}" in s.as_latex()
     frame = s.to_frame()
     assert list(frame.index) == ["q25", "q50", "q75"]
-    np.testing.assert_allclose(frame["mean Y1"], res.mean(res.profiles(), arm=1))
+    np.testing.assert_allclose(frame["mean Y1"], res.mean(newdata=res.profiles(), arm=1))
     np.testing.assert_allclose(frame["diff"], frame["mean Y1"] - frame["mean Y0"])
 
 
@@ -40,9 +40,12 @@ def test_summary_does_not_print(res, capsys):
 
 def test_tidy(res):
     t = res.tidy()
-    assert list(t.columns) == ["profile", "arm", "outcome", "mean", "sd"]
-    assert len(t) == 6
-    np.testing.assert_allclose(t.loc[t.arm == 0, "sd"], res.sd(res.profiles(), arm=0))
+    assert list(t.columns) == ["profile", "arm", "outcome", "term", "estimate"]
+    assert len(t) == 12  # 3 profiles x 2 arms x (mean, sd)
+    sd0 = t[(t.arm == 0) & (t.term == "sd")]
+    np.testing.assert_allclose(sd0["estimate"], res.sd(newdata=res.profiles(), arm=0))
+    mean1 = t[(t.arm == 1) & (t.term == "mean")]
+    np.testing.assert_allclose(mean1["estimate"], res.mean(newdata=res.profiles(), arm=1))
 
 
 def test_moments_match_the_normalised_density_when_weights_are_positive():
@@ -52,10 +55,10 @@ def test_moments_match_the_normalised_density_when_weights_are_positive():
     res = ccme.fit("y ~ a | x1 + x2", data, seed=2, mode="onestep")
     grid = np.linspace(data.y.min() - 30, data.y.max() + 30, 8001)
     new = data.iloc[:5]
-    raw = res.density(grid, new, arm=1, normalize=False)
+    raw = res.density(grid, newdata=new, arm=1, normalize=False)
     mass = np.trapezoid(raw, grid, axis=1)
     mean = np.trapezoid(raw * grid, grid, axis=1) / mass
-    np.testing.assert_allclose(res.mean(new, arm=1), mean, rtol=1e-6)
+    np.testing.assert_allclose(res.mean(newdata=new, arm=1), mean, rtol=1e-6)
 
 
 def test_plot_returns_axes_with_lines(res):

@@ -30,16 +30,16 @@ def test_density_equals_paper_formula(small, mode, folds):
     V = newdata.to_numpy()
     for arm in (1, 0):
         expected = naive.density(res, grid[:, None], V, arm, scores)
-        got = res.density(grid, newdata, arm=arm, normalize=False)
+        got = res.density(grid, newdata=newdata, arm=arm, normalize=False)
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max())
         np.testing.assert_allclose(
-            res.cdf(grid, newdata, arm=arm, normalize=False), naive.cdf(res, grid[:, None], V, arm, scores),
+            res.cdf(grid, newdata=newdata, arm=arm, normalize=False), naive.cdf(res, grid[:, None], V, arm, scores),
             rtol=1e-9, atol=1e-12,
         )
         mass, mean, second = naive.moments(res, V, arm, scores)
-        np.testing.assert_allclose(res.mean(newdata, arm=arm), mean, rtol=1e-9)
+        np.testing.assert_allclose(res.mean(newdata=newdata, arm=arm), mean, rtol=1e-9)
         var = second + res.outcome_kernel(arm).bandwidth_array[0] ** 2 - mean**2
-        np.testing.assert_allclose(res.var(newdata, arm=arm), np.where(var < 0, np.nan, var), rtol=1e-8)
+        np.testing.assert_allclose(res.var(newdata=newdata, arm=arm), np.where(var < 0, np.nan, var), rtol=1e-8)
 
 
 def test_training_data_is_default_newdata(small):
@@ -47,16 +47,16 @@ def test_training_data_is_default_newdata(small):
     res = ccme.fit("y ~ a | x1 + x2 | x3", data, propensity=scores, seed=1)
     dens = res.density(grid, arm=0)
     assert dens.shape == (len(data), len(grid))
-    np.testing.assert_allclose(dens[:4], res.density(grid, data.iloc[:4], arm=0))
+    np.testing.assert_allclose(dens[:4], res.density(grid, newdata=data.iloc[:4], arm=0))
 
 
 def test_normalized_density_integrates_to_one(small):
     data, scores, newdata, grid = small
     res = ccme.fit("y ~ a | x1 + x2 + x3 + x4 + x5 | x6", data, propensity=scores, seed=2)
-    dens = res.density(grid, newdata, arm=1)
+    dens = res.density(grid, newdata=newdata, arm=1)
     assert np.all(dens >= 0)
     np.testing.assert_allclose(np.trapezoid(dens, grid, axis=1), 1.0, rtol=1e-12)
-    cdf = res.cdf(grid, newdata, arm=1)
+    cdf = res.cdf(grid, newdata=newdata, arm=1)
     assert np.all(np.diff(cdf, axis=1) >= 0) and cdf.min() >= 0 and cdf.max() <= 1
 
 
@@ -65,8 +65,8 @@ def test_laplace_outcome_kernel_cdf_matches_density(small):
     res = ccme.fit("y ~ a | x1 + x2 | x3", data, propensity=scores, seed=2, y_kernel="laplace", kernel="matern52",
                    y_bandwidth=2.0)
     fine = np.linspace(data["y"].min() - 40, data["y"].max() + 40, 20001)
-    dens = res.density(fine, newdata, arm=1, normalize=False)
-    cdf = res.cdf(fine[[-1]], newdata, arm=1, normalize=False)[:, 0]
+    dens = res.density(fine, newdata=newdata, arm=1, normalize=False)
+    cdf = res.cdf(fine[[-1]], newdata=newdata, arm=1, normalize=False)[:, 0]
     # The raw CDF at +∞ is the total mass, the integral of the raw density.
     np.testing.assert_allclose(np.trapezoid(dens, fine, axis=1), cdf, rtol=1e-6)
 
@@ -76,9 +76,9 @@ def test_multivariate_outcome(small):
     data = data.assign(y2=data["y"] * 0.5 + data["x7"])
     res = ccme.fit("y + y2 ~ a | x1 + x2 | x3", data, propensity=scores, seed=4)
     pts = np.column_stack([np.linspace(0, 20, 5), np.linspace(0, 10, 5)])
-    dens = res.density(pts, newdata, arm=1, normalize=False)
+    dens = res.density(pts, newdata=newdata, arm=1, normalize=False)
     assert dens.shape == (len(newdata), 5)
-    assert res.mean(newdata, arm=1).shape == (len(newdata), 2)
+    assert res.mean(newdata=newdata, arm=1).shape == (len(newdata), 2)
 
 
 def test_no_mass_on_the_grid_is_nan_with_a_warning(small):
@@ -86,5 +86,5 @@ def test_no_mass_on_the_grid_is_nan_with_a_warning(small):
     res = ccme.fit("y ~ a | x1 + x2 | x3", data, propensity=scores, seed=2, tune="none")
     far = np.linspace(1e4, 1e4 + 10, 50)  # far beyond every outcome: the density is 0 there
     with pytest.warns(ccme.CcmeWarning, match="no positive mass"):
-        dens = res.density(far, newdata.iloc[:2], arm=1)
+        dens = res.density(far, newdata=newdata.iloc[:2], arm=1)
     assert np.isnan(dens).all()

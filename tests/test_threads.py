@@ -43,7 +43,7 @@ def _outputs(res) -> dict:
     out = {}
     for arm in (1, 0):
         out[f"density{arm}"] = res.density(grid, arm=arm, normalize=False)
-        out[f"cdf{arm}"] = res.cdf(grid, res.profiles(), arm=arm)
+        out[f"cdf{arm}"] = res.cdf(grid, newdata=res.profiles(), arm=arm)
         out[f"mean{arm}"] = res.mean(arm=arm)
     out["scores"] = res.propensity_scores
     return out
@@ -70,21 +70,21 @@ def test_concurrent_first_use_of_one_result(data):
     res = _fit(data, 5, tune="none")
     builds = {1: 0, 0: 0}
     for arm in (1, 0):
-        emb = res._embeddings[arm]
-        original = emb._build
+        cell = res.embeddings[arm]._parts  # the lazily built parts, shared by the embedding's copies
+        original = cell._build
 
         def counted(original=original, arm=arm):
             builds[arm] += 1
             return original()
 
-        emb._build = counted
+        cell._build = counted
     grid = res.default_grid(120)
     profiles = res.profiles()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda i: res.density(grid, profiles, arm=i % 2), range(16)))
+        results = list(pool.map(lambda i: res.density(grid, newdata=profiles, arm=i % 2), range(16)))
     assert builds == {1: 1, 0: 1}
     for i, values in enumerate(results):
-        assert values.tobytes() == res.density(grid, profiles, arm=i % 2).tobytes()
+        assert values.tobytes() == res.density(grid, newdata=profiles, arm=i % 2).tobytes()
 
 
 def test_same_result_for_any_thread_count(data):

@@ -62,7 +62,7 @@ for n in SIZES:
                 res = ccme.fit(FORMULA, data, method=method, propensity="forest", seed=seed,
                                **options, **({"progress": False} if method != "ridge" else {}))
                 # Build (train) both arms now so that the time covers the whole fit.
-                res.mean(data.iloc[:1], arm=1), res.mean(data.iloc[:1], arm=0)
+                res.mean(newdata=data.iloc[:1], arm=1), res.mean(newdata=data.iloc[:1], arm=0)
             seconds = time.perf_counter() - started
             rows.append({"n": n, "seed": seed, "method": method, "seconds": seconds,
                          "ise": paper_simulation_ise(res, arm=1, n_test=N_TEST, seed=seed)})

@@ -84,7 +84,7 @@ def truth(y, profile, arm):
 grid = np.linspace(-8, 42, 400)
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
 for ax, name in zip(axes, PAPER_PROFILES.index):
-    res.plot(PAPER_PROFILES.loc[[name]], y=grid, truth=truth, ax=ax)
+    res.plot(newdata=PAPER_PROFILES.loc[[name]], y=grid, truth=truth, ax=ax)
     ax.set_title(f"V = {name}: estimate and truth (dotted)")
 
 # %% [markdown]
@@ -114,8 +114,8 @@ ise = {arm: ccme.datasets.paper_simulation_ise(res, arm=arm, n_test=200 if SMALL
 # `density` and `cdf` return an array (profiles × grid points).
 
 # %%
-p1 = res.density(grid, PAPER_PROFILES, arm=1)
-F1 = res.cdf(grid, PAPER_PROFILES, arm=1)
+p1 = res.density(grid, newdata=PAPER_PROFILES, arm=1)
+F1 = res.cdf(grid, newdata=PAPER_PROFILES, arm=1)
 p1.shape, np.trapezoid(p1, grid).round(3), F1[:, -1].round(3)
 
 # %% [markdown]
@@ -125,7 +125,7 @@ p1.shape, np.trapezoid(p1, grid).round(3), F1[:, -1].round(3)
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.5))
-res.plot_cdf(PAPER_PROFILES, y=grid, ax=ax)
+res.plot_cdf(newdata=PAPER_PROFILES, y=grid, ax=ax)
 ax.set_title("P(Y^a <= y | V = v)");
 
 # %% [markdown]
@@ -135,7 +135,7 @@ ax.set_title("P(Y^a <= y | V = v)");
 # more informative than one number.
 
 # %%
-res.quantile([0.1, 0.5, 0.9], PAPER_PROFILES, arm=1).round(2), res.interval(0.9, PAPER_PROFILES, arm=0).round(2)
+res.quantile([0.1, 0.5, 0.9], newdata=PAPER_PROFILES, arm=1).round(2), res.interval(0.9, newdata=PAPER_PROFILES, arm=0).round(2)
 
 # %% [markdown]
 # ## Effects
@@ -146,7 +146,7 @@ res.quantile([0.1, 0.5, 0.9], PAPER_PROFILES, arm=1).round(2), res.interval(0.9,
 # Kolmogorov, 1-Wasserstein).
 
 # %%
-res.effect(PAPER_PROFILES).round(2).T
+res.effect(newdata=PAPER_PROFILES).round(2).T
 
 # %% [markdown]
 # The true mean difference at v1 is known from the simulation: the treated
@@ -157,7 +157,7 @@ res.effect(PAPER_PROFILES).round(2).T
 from ccme.datasets.paper import GAMMA
 
 true_cate = 2 + PAPER_PROFILES.to_numpy() @ GAMMA[:5] + GAMMA[5:].sum()
-estimated = res.effect(PAPER_PROFILES)["mean diff"].to_numpy()
+estimated = res.effect(newdata=PAPER_PROFILES)["mean diff"].to_numpy()
 for name, t, e in zip(PAPER_PROFILES.index, true_cate, estimated):
     print(f"{name}: true mean difference {t:.2f}, estimated {e:.2f}")
 

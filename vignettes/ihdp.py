@@ -68,7 +68,7 @@ def truth(y, profile, arm):
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
 for ax, arm in zip(axes, (1, 0)):
-    res.plot(sexes, arm=arm, y=grid, truth=truth, ax=ax)
+    res.plot(newdata=sexes, arm=arm, y=grid, truth=truth, ax=ax)
     ax.set_title(f"p(Y{'¹' if arm else '⁰'} | sex): estimate and truth (dotted)")
 
 # %% [markdown]
@@ -84,7 +84,7 @@ for ax, arm in zip(axes, (1, 0)):
 
 # %%
 def ise(result, arm):
-    est = result.density(grid, sexes, arm=arm)
+    est = result.density(grid, newdata=sexes, arm=arm)
     tru = np.vstack([truth(grid, sexes.iloc[[i]], arm) for i in range(len(sexes))])
     return float(np.mean(np.trapezoid((est - tru) ** 2, grid, axis=1)))
 
@@ -127,7 +127,7 @@ def truth_bw(y, profile, arm):
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
 for ax, arm in zip(axes, (1, 0)):
-    res_bw.plot(bw_profiles, arm=arm, y=grid, truth=truth_bw, ax=ax)
+    res_bw.plot(newdata=bw_profiles, arm=arm, y=grid, truth=truth_bw, ax=ax)
     ax.set_title(f"p(Y{'¹' if arm else '⁰'} | birth weight)")
 
 # %% [markdown]
@@ -151,7 +151,7 @@ for seed in range(1 if SMALL else 10):
         r = ccme.fit(formula, f[["y", "treat"] + covariates],
                      propensity="logistic", seed=1)
     for arm in (1, 0):
-        est = r.density(g, sexes, arm=arm)
+        est = r.density(g, newdata=sexes, arm=arm)
         tru = np.vstack([truth_f(g, sexes.iloc[[i]], arm) for i in range(2)])
         rows.append({"seed": seed, "arm": arm, "ise": float(np.mean(np.trapezoid((est - tru) ** 2, g, axis=1))),
                      "truth_l2": float(np.mean(np.trapezoid(tru ** 2, g, axis=1)))})

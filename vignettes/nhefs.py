@@ -77,8 +77,8 @@ profiles = pd.DataFrame({"sex": [0, 0, 1, 1], "age": [30, 55, 30, 55]},
                         index=["men, 30", "men, 55", "women, 30", "women, 55"])
 grid = np.linspace(-30, 40, 400)
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-res.plot(profiles.iloc[[0, 1]], y=grid, ax=axes[0])
-res.plot(profiles.iloc[[2, 3]], y=grid, ax=axes[1])
+res.plot(newdata=profiles.iloc[[0, 1]], y=grid, ax=axes[0])
+res.plot(newdata=profiles.iloc[[2, 3]], y=grid, ax=axes[1])
 for ax in axes:
     ax.set_xlabel("weight change 1971-82 (kg)")
     ax.axvline(0, color="grey", lw=0.5)
@@ -90,7 +90,7 @@ for ax in axes:
 # table quantifies the shift:
 
 # %%
-eff = res.effect(profiles, q=[0.1, 0.25, 0.5, 0.75, 0.9])
+eff = res.effect(newdata=profiles, q=[0.1, 0.25, 0.5, 0.75, 0.9])
 eff[["mean Y1", "mean Y0", "mean diff", "qte 0.1", "qte 0.5", "qte 0.9", "wasserstein"]].round(2)
 
 # %% [markdown]
@@ -105,8 +105,8 @@ eff[["mean Y1", "mean Y0", "mean diff", "qte 0.1", "qte 0.5", "qte 0.9", "wasser
 # more than 10 kg, under each scenario, is
 
 # %%
-risk = pd.DataFrame({"P(gain > 10 kg | quit)": 1 - res.cdf([10.0], profiles, arm=1)[:, 0],
-                     "P(gain > 10 kg | no quit)": 1 - res.cdf([10.0], profiles, arm=0)[:, 0]},
+risk = pd.DataFrame({"P(gain > 10 kg | quit)": 1 - res.cdf([10.0], newdata=profiles, arm=1)[:, 0],
+                     "P(gain > 10 kg | no quit)": 1 - res.cdf([10.0], newdata=profiles, arm=0)[:, 0]},
                     index=profiles.index)
 risk.round(2)
 
@@ -123,7 +123,7 @@ risk.round(2)
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3.4))
-res.plot(profiles.iloc[[2]], y=grid, ax=ax, bands=True, n_boot=99 if SMALL else 499)
+res.plot(newdata=profiles.iloc[[2]], y=grid, ax=ax, bands=True, n_boot=99 if SMALL else 499)
 ax.set_xlabel("weight change 1971-82 (kg)");
 
 # %% [markdown]

@@ -63,8 +63,8 @@ profiles = pd.DataFrame({"age": [20, 20, 30, 30], "educ": [9, 12, 9, 12]},
                         index=["age 20, educ 9", "age 20, educ 12", "age 30, educ 9", "age 30, educ 12"])
 grid = np.linspace(-8, 35, 400)
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-res.plot(profiles.iloc[[0, 2]], y=grid, ax=axes[0])
-res.plot(profiles.iloc[[1, 3]], y=grid, ax=axes[1])
+res.plot(newdata=profiles.iloc[[0, 2]], y=grid, ax=axes[0])
+res.plot(newdata=profiles.iloc[[1, 3]], y=grid, ax=axes[1])
 for ax in axes:
     ax.set_xlabel("1978 earnings ($1000)")
     ax.axvline(0, color="grey", lw=0.5)
@@ -91,10 +91,10 @@ sigma = {a: res.outcome_kernel(a).bandwidth_array[0] for a in (1, 0)}
 print({f"outcome bandwidth, arm {a}": f"${1000 * s:,.0f}" for a, s in sigma.items()})
 c = 2 * max(sigma.values())
 table = pd.DataFrame({
-    "P(Y1 <= 0)": res.cdf([0.0], profiles, arm=1)[:, 0],
-    f"P(Y1 <= {c:.1f}k)": res.cdf([c], profiles, arm=1)[:, 0],
-    "P(Y0 <= 0)": res.cdf([0.0], profiles, arm=0)[:, 0],
-    f"P(Y0 <= {c:.1f}k)": res.cdf([c], profiles, arm=0)[:, 0],
+    "P(Y1 <= 0)": res.cdf([0.0], newdata=profiles, arm=1)[:, 0],
+    f"P(Y1 <= {c:.1f}k)": res.cdf([c], newdata=profiles, arm=1)[:, 0],
+    "P(Y0 <= 0)": res.cdf([0.0], newdata=profiles, arm=0)[:, 0],
+    f"P(Y0 <= {c:.1f}k)": res.cdf([c], newdata=profiles, arm=0)[:, 0],
 }, index=profiles.index)
 table.round(2)
 
@@ -117,15 +117,15 @@ res_log = ccme.fit("earn ~ treat | age + educ | black + hisp + marr + nodegree +
                    propensity=np.full(len(nsw), p_treat), seed=1)
 log_grid = np.linspace(-3, 13, 400)
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-res_log.plot(profiles.iloc[[0, 2]], y=log_grid, ax=axes[0])
-res_log.plot(profiles.iloc[[1, 3]], y=log_grid, ax=axes[1])
+res_log.plot(newdata=profiles.iloc[[0, 2]], y=log_grid, ax=axes[0])
+res_log.plot(newdata=profiles.iloc[[1, 3]], y=log_grid, ax=axes[1])
 for ax in axes:
     ax.set_xlabel("log(1 + 1978 earnings in $)")
 
 # %%
 zero_share = pd.DataFrame({
-    "P(Y1 = 0)": res_log.cdf([3.0], profiles, arm=1)[:, 0],
-    "P(Y0 = 0)": res_log.cdf([3.0], profiles, arm=0)[:, 0],
+    "P(Y1 = 0)": res_log.cdf([3.0], newdata=profiles, arm=1)[:, 0],
+    "P(Y0 = 0)": res_log.cdf([3.0], newdata=profiles, arm=0)[:, 0],
 }, index=profiles.index)
 zero_share["difference"] = zero_share["P(Y1 = 0)"] - zero_share["P(Y0 = 0)"]
 zero_share.round(2)
@@ -148,7 +148,7 @@ zero_share.round(2)
 # quantile treatment effects show where in the distribution it comes from.
 
 # %%
-eff = res.effect(profiles, q=[0.25, 0.5, 0.75, 0.9])
+eff = res.effect(newdata=profiles, q=[0.25, 0.5, 0.75, 0.9])
 eff[["mean diff", "qte 0.25", "qte 0.5", "qte 0.75", "qte 0.9", "kolmogorov"]].round(2)
 
 # %% [markdown]
@@ -166,7 +166,7 @@ eff[["mean diff", "qte 0.25", "qte 0.5", "qte 0.75", "qte 0.9", "kolmogorov"]].r
 # profiles, and averaged over them:
 
 # %%
-test = res.test_effect(profiles, n_boot=99 if SMALL else 999, seed=1)
+test = res.test_effect(newdata=profiles, n_boot=99 if SMALL else 999, seed=1)
 test
 
 # %% [markdown]

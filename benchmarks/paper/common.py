@@ -80,7 +80,7 @@ def density_errors(res, data, newdata, n_grid: int = 1000, chunk: int = 2000) ->
     sq_mean, ise = [], []
     for start in range(0, len(newdata), chunk):
         part = newdata.iloc[start:start + chunk]
-        diff2 = (res.density(grid, part, arm=1) - paper_simulation_density(grid, part, arm=1)) ** 2
+        diff2 = (res.density(grid, newdata=part, arm=1) - paper_simulation_density(grid, part, arm=1)) ** 2
         sq_mean.append(diff2.mean(axis=1))
         ise.append(np.trapezoid(diff2, grid, axis=1))
     return {"mse": float(np.concatenate(sq_mean).mean()), "ise": float(np.concatenate(ise).mean())}

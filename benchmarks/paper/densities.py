@@ -53,7 +53,7 @@ def run(args, path: Path) -> np.ndarray:
                     data = ccme.datasets.paper_simulation(args.n, seed=1000 + r)
                 res = fit_quiet(data, method=method, mode=mode, seed=1000 + r, n_threads=args.threads,
                                 **SCENARIOS["both correct"], **fit_options(method, data, paper_config=args.paper_config))
-                curves[r, i, j] = res.density(GRID, PAPER_PROFILES, arm=1)
+                curves[r, i, j] = res.density(GRID, newdata=PAPER_PROFILES, arm=1)
                 print(f"[{time.perf_counter() - started:6.0f}s] run {r + 1}/{args.runs} {method} {mode}", flush=True)
         np.savez(path, curves=curves[: r + 1], grid=GRID, methods=np.array(args.methods), n=args.n)
     return curves

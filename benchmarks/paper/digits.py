@@ -139,7 +139,7 @@ def empirical_modes(fits, images):
     modes = {}
     for name, res in fits.items():
         t0 = time.perf_counter()
-        modes[name] = res.density_mode(classes, arm=1, candidates=images)
+        modes[name] = res.density_mode(newdata=classes, arm=1, candidates=images)
         print(f"{name:9s} trained and searched in {time.perf_counter() - t0:.1f}s", flush=True)
     return modes
 

@@ -29,8 +29,7 @@ from .errors import (
 )
 from .bootstrap import Bands, EffectTest
 from .embedding import Embedding
-from .io import load
-from .result import CCMEResult
+from .result import CCMEResult, load
 
 __version__ = "0.1.0"
 

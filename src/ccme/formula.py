@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .errors import DataError, DataWarning, FormulaError
+from .errors import DataError, DataWarning, FormatError, FormulaError
+from .io import check_schema, make_state
 
 __all__ = ["Formula", "Design", "Treatment", "parse_formula", "build_design"]
 
@@ -60,8 +61,60 @@ class Formula:
     confounders: str
     _parsed: object = field(default=None, repr=False, compare=False)
 
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.Formula"
+    STATE_VERSION = 1
+
     def __str__(self) -> str:
         return self.text
+
+    def to_state(self) -> dict:
+        """The formula as a versioned state for :mod:`ccme.io`: its text and the text of each part.
+
+        formulaic's parsed object is not stored: :meth:`from_state` parses the
+        text again.
+        """
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, text=self.text, outcome=self.outcome,
+                          treatment=self.treatment, conditioning=self.conditioning, confounders=self.confounders)
+
+    @classmethod
+    def from_state(cls, state, *, columns=()) -> "Formula":
+        """Inverse of :meth:`to_state`: parse the stored text again and check that it gives the stored parts.
+
+        Parsing evaluates nothing; the formula's Python expressions run only
+        when a part is evaluated on data, and :meth:`Design.from_state` checks
+        them against a whitelist before it does that.
+
+        Parameters
+        ----------
+        state : dict
+        columns : sequence of str, optional
+            The data's columns, for a ``.`` in part 3.  The stored text of
+            part 3 is kept as it was either way: with a ``.`` it depends on the
+            columns of the data the formula was first parsed with.
+
+        Raises
+        ------
+        ccme.errors.FormatError
+            Another schema version, a text that does not parse, or a text
+            whose outcome, treatment or conditioning part differs from the
+            stored one (an edited file).
+        """
+        fields = ("text", "outcome", "treatment", "conditioning", "confounders")
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=fields)
+        for name in fields:
+            if not isinstance(state[name], str):
+                raise FormatError(f"the formula's {name} should be a str; found {type(state[name]).__name__}")
+        try:
+            parsed = parse_formula(state["text"], columns)
+        except FormulaError as exc:
+            raise FormatError(f"the stored formula does not parse: {exc}") from None
+        stored = (state["outcome"], state["treatment"], state["conditioning"])
+        if (parsed.outcome, parsed.treatment, parsed.conditioning) != stored:
+            raise FormatError(f"the stored formula {state['text']!r} does not parse to its stored parts "
+                              f"{list(stored)}: the file was altered")
+        return cls(text=parsed.text, outcome=parsed.outcome, treatment=parsed.treatment,
+                   conditioning=parsed.conditioning, confounders=state["confounders"], _parsed=parsed._parsed)
 
 
 @dataclass(frozen=True)
@@ -72,8 +125,28 @@ class Treatment:
     level: object
     control_level: object
 
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.Treatment"
+    STATE_VERSION = 1
+
     def describe(self) -> str:
         return f"{self.column} ({self.level!r} = treated, {self.control_level!r} = control)"
+
+    def to_state(self) -> dict:
+        """The treatment's column and levels as a versioned state for :mod:`ccme.io`."""
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, column=self.column, level=self.level,
+                          control_level=self.control_level)
+
+    @classmethod
+    def from_state(cls, state) -> "Treatment":
+        """Inverse of :meth:`to_state`; the levels come back as the scalars they were (str, int, float, bool)."""
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("column", "level", "control_level"))
+        if not isinstance(state["column"], str):
+            raise FormatError(f"the treatment's column should be a str; found {type(state['column']).__name__}")
+        for name in ("level", "control_level"):
+            if not isinstance(state[name], (str, int, float, np.generic)):
+                raise FormatError(f"the treatment's {name} should be a scalar; found {type(state[name]).__name__}")
+        return cls(state["column"], state["level"], state["control_level"])
 
 
 @dataclass(frozen=True)
@@ -197,6 +270,80 @@ class Design:
     def columns_of(self, variables) -> np.ndarray:
         """Indices of X's columns that derive from the given raw variables."""
         return _columns_of(self, variables)
+
+    #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    STATE_SCHEMA = "ccme.Design"
+    STATE_VERSION = 1
+    _STATE_FIELDS = ("formula", "Y", "A", "V", "X", "y_names", "v_names", "x_names", "v_variables", "x_variables",
+                     "x_sources", "treatment", "n_dropped", "v_frame")
+
+    def to_state(self) -> dict:
+        """The design as a versioned state for :mod:`ccme.io`.
+
+        The formula's and the treatment's states, the matrices, the names and
+        sources of their columns, and V's raw columns (``v_frame``, column by
+        column; its row labels are not kept, as nothing reads them).
+        formulaic's model spec, which encodes ``newdata``, is an object graph
+        that only pickle could store: :meth:`from_state` rebuilds it from the
+        formula and V's raw columns instead.
+
+        Raises
+        ------
+        ccme.errors.FormatError
+            A column of V has a dtype that cannot be stored (see
+            :func:`_frame_to_state`).
+        """
+        if self.v_frame is None:
+            raise FormatError("cannot save a design without V's raw columns (`v_frame`): its encoder needs them")
+        return make_state(
+            self.STATE_SCHEMA, self.STATE_VERSION,
+            formula=self.formula.to_state(), Y=self.Y, A=self.A, V=self.V, X=self.X,
+            y_names=list(self.y_names), v_names=list(self.v_names), x_names=list(self.x_names),
+            v_variables=list(self.v_variables), x_variables=list(self.x_variables),
+            x_sources=[sorted(source) for source in self.x_sources], treatment=self.treatment.to_state(),
+            n_dropped=int(self.n_dropped), v_frame=_frame_to_state(self.v_frame),
+        )
+
+    @classmethod
+    def from_state(cls, state) -> "Design":
+        """Inverse of :meth:`to_state`, with V's encoder rebuilt.
+
+        The formula is parsed again (:meth:`Formula.from_state`); every Python
+        expression in its conditioning part is checked against a whitelist
+        (column names, formulaic's transforms, a list of numpy functions,
+        arithmetic), and only then is the part evaluated on the stored raw
+        columns of V to rebuild formulaic's encoder, which must reproduce the
+        stored V bit for bit.  A formula that names anything else (which an
+        edited file could) is refused before anything is evaluated.
+
+        Raises
+        ------
+        ccme.errors.FormatError
+            Another schema version, a missing or malformed field, a refused
+            expression, or an encoder that does not reproduce V.
+        """
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=cls._STATE_FIELDS)
+        names = {key: _state_strings(state[key], key) for key in
+                 ("y_names", "v_names", "x_names", "v_variables", "x_variables")}
+        sources = state["x_sources"]
+        if not isinstance(sources, list):
+            raise FormatError(f"the design's x_sources should be a list; found {type(sources).__name__}")
+        x_sources = tuple(frozenset(_state_strings(s, "x_sources")) for s in sources)
+        treatment = Treatment.from_state(state["treatment"])
+        columns = list(dict.fromkeys([*names["x_variables"], *names["v_variables"], treatment.column]))
+        formula = Formula.from_state(state["formula"], columns=columns)
+        arrays = {key: _state_array(state[key], key, ndim) for key, ndim in (("Y", 2), ("A", 1), ("V", 2), ("X", 2))}
+        n = arrays["Y"].shape[0]
+        if any(a.shape[0] != n for a in arrays.values()) or len(x_sources) != arrays["X"].shape[1]:
+            raise FormatError("the design's matrices disagree in their numbers of rows or columns: "
+                              "the file was altered")
+        n_dropped = state["n_dropped"]
+        if not isinstance(n_dropped, int) or isinstance(n_dropped, bool) or n_dropped < 0:
+            raise FormatError(f"the design's n_dropped should be a count; found {n_dropped!r}")
+        v_frame = _frame_from_state(state["v_frame"])
+        spec = _rebuild_v_spec(formula, v_frame, arrays["V"], names["v_variables"])
+        return cls(formula=formula, **arrays, **names, x_sources=x_sources, treatment=treatment,
+                   n_dropped=n_dropped, v_frame=v_frame, _v_spec=spec, _x3_spec=None)
 
 
 def _is_numeric(column: pd.Series) -> bool:
@@ -676,3 +823,235 @@ def _columns_of(design: Design, variables) -> np.ndarray:
     if not indices:
         raise DataError(f"no column of X is computed from {variables} alone")
     return np.asarray(indices, dtype=np.intp)
+
+
+# ---------------------------------------------------------------------------
+# saved designs: V's raw columns as a state, and V's encoder rebuilt safely
+# ---------------------------------------------------------------------------
+#: pandas' nullable dtypes a column of V may have (stored as plain arrays: V holds no missing values).
+_NULLABLE = frozenset({"Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64",
+                       "boolean"})
+_VALUE_KINDS = ("array", "nullable", "text", "objects")
+
+
+def _state_strings(values, what: str) -> tuple:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise FormatError(f"the design's {what} should be a list of str; found {str(values)[:60]}")
+    return tuple(values)
+
+
+def _state_array(value, what: str, ndim: int) -> np.ndarray:
+    if not isinstance(value, np.ndarray) or value.ndim != ndim:
+        found = f"an array of shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise FormatError(f"the design's {what} should be a {ndim}-d array; found {found}")
+    return value
+
+
+def _frame_to_state(frame: pd.DataFrame) -> dict:
+    """V's raw columns as a state: ``{"n_rows": n, "columns": [entry, ...]}``, the row labels left out.
+
+    Each entry has the column's ``name`` and a ``kind``:
+
+    - ``"categorical"``: ``codes`` (array), ``categories`` (an entry of the
+      kinds below, without a name) and ``ordered``;
+    - ``"array"``: a NumPy bool or numeric column, ``values`` (array);
+    - ``"nullable"``: a pandas nullable column (``Int64``, ``boolean``, ...),
+      ``dtype`` and ``values`` as a NumPy array (V has no missing values);
+    - ``"text"``: a pandas string column, ``dtype`` (``"str"`` or
+      ``"string"``), ``storage`` and ``values`` (a list of str);
+    - ``"objects"``: an object column of str, bool and numbers, ``values``
+      (a list).
+
+    Raises
+    ------
+    ccme.errors.FormatError
+        A column of another dtype (dates, intervals, ...), naming it.
+    """
+    columns = []
+    for name in frame.columns:
+        column = frame[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            entry = {"kind": "categorical", "codes": column.cat.codes.to_numpy(),
+                     "categories": _values_to_state(column.cat.categories, str(name)),
+                     "ordered": bool(column.cat.ordered)}
+        else:
+            entry = _values_to_state(column, str(name))
+        columns.append({"name": str(name), **entry})
+    return {"n_rows": len(frame), "columns": columns}
+
+
+def _values_to_state(values, name: str) -> dict:
+    """A column's (or a categorical's categories') values as a state entry; see :func:`_frame_to_state`."""
+    dtype = values.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "biufc":
+        return {"kind": "array", "values": values.to_numpy()}
+    complete = not values.isna().any()
+    if str(dtype) in _NULLABLE and complete:
+        return {"kind": "nullable", "dtype": str(dtype), "values": values.to_numpy(dtype=dtype.numpy_dtype)}
+    if isinstance(dtype, pd.StringDtype) and complete:
+        return {"kind": "text", "dtype": str(dtype), "storage": str(dtype.storage), "values": [str(v) for v in values]}
+    if dtype == object:
+        items = list(values)
+        if all(isinstance(v, (str, int, float, np.bool_, np.number)) for v in items):
+            return {"kind": "objects", "values": items}
+    raise FormatError(
+        f"cannot save the design: V's column {name!r} has dtype {dtype}, which ccme cannot store (it stores numbers, "
+        "booleans, strings and categoricals of those)"
+    )
+
+
+def _frame_from_state(state) -> pd.DataFrame:
+    """Inverse of :func:`_frame_to_state` (with a RangeIndex)."""
+    if not isinstance(state, dict) or set(state) != {"n_rows", "columns"} or not isinstance(state["columns"], list):
+        raise FormatError("the design's v_frame should be a dict of n_rows and columns")
+    n_rows, data = state["n_rows"], {}
+    for entry in state["columns"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry["name"] in data:
+            raise FormatError("a column of the design's v_frame has no name, or a repeated one")
+        name = entry["name"]
+        if entry.get("kind") == "categorical":
+            if set(entry) != {"name", "kind", "codes", "categories", "ordered"}:
+                raise FormatError(f"V's categorical column {name!r} has the fields {sorted(entry)}")
+            codes = entry["codes"]
+            values, dtype = _values_from_state(entry["categories"], name)
+            if not isinstance(codes, np.ndarray) or codes.ndim != 1 or codes.dtype.kind != "i":
+                raise FormatError(f"V's categorical column {name!r} has no integer codes")
+            try:
+                column = pd.Series(pd.Categorical.from_codes(codes, categories=pd.Index(values, dtype=dtype),
+                                                             ordered=bool(entry["ordered"])))
+            except (ValueError, TypeError) as exc:
+                raise FormatError(f"V's categorical column {name!r} cannot be rebuilt: {exc}") from None
+        else:
+            values, dtype = _values_from_state({key: v for key, v in entry.items() if key != "name"}, name)
+            column = pd.Series(values, dtype=dtype)
+        if len(column) != n_rows:
+            raise FormatError(f"V's column {name!r} has {len(column)} rows; the v_frame has {n_rows!r}")
+        data[name] = column
+    return pd.DataFrame(data, index=pd.RangeIndex(n_rows) if isinstance(n_rows, int) else None)
+
+
+def _values_from_state(entry, name: str):
+    """Inverse of :func:`_values_to_state`: (values, dtype) for ``pd.Series`` or ``pd.Index``."""
+    kind = entry.get("kind") if isinstance(entry, dict) else None
+    fields = {"array": {"kind", "values"}, "nullable": {"kind", "dtype", "values"},
+              "text": {"kind", "dtype", "storage", "values"}, "objects": {"kind", "values"}}
+    if kind not in fields or set(entry) != fields[kind]:
+        raise FormatError(f"V's column {name!r} is stored as {str(entry)[:80]}, which ccme does not read")
+    values = entry["values"]
+    if kind in ("array", "nullable"):
+        if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype.kind not in "biufc":
+            raise FormatError(f"V's column {name!r} should hold a 1-d numeric array")
+        if kind == "array":
+            return values, values.dtype
+        if entry["dtype"] not in _NULLABLE:
+            raise FormatError(f"V's column {name!r} has the dtype {str(entry['dtype'])[:40]!r}, "
+                              "which ccme does not read")
+        return pd.array(values, dtype=entry["dtype"]), entry["dtype"]
+    if not isinstance(values, list):
+        raise FormatError(f"V's column {name!r} should hold a list of values")
+    if kind == "text":
+        if entry["dtype"] not in ("str", "string") or entry["storage"] not in ("python", "pyarrow"):
+            raise FormatError(f"V's column {name!r} has the dtype {str(entry['dtype'])[:40]!r}, "
+                              "which ccme does not read")
+        if not all(isinstance(v, str) for v in values):
+            raise FormatError(f"V's text column {name!r} holds values that are not str")
+        storage = entry["storage"]
+        if storage == "pyarrow":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:  # the values are the same in either storage
+                storage = "python"
+        dtype = pd.StringDtype(storage, na_value=np.nan) if entry["dtype"] == "str" else pd.StringDtype(storage)
+        return pd.array(values, dtype=dtype), dtype
+    if not all(isinstance(v, (str, int, float, np.bool_, np.number)) for v in values):
+        raise FormatError(f"V's column {name!r} holds values that are not str, bool or numbers")
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array, object
+
+
+#: numpy functions a saved formula may call (formulaic's own transforms are allowed too).
+_NUMPY_FUNCTIONS = frozenset({
+    "abs", "absolute", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh", "cbrt", "ceil", "clip",
+    "cos", "cosh", "exp", "exp2", "expm1", "fabs", "floor", "log", "log10", "log1p", "log2", "maximum", "minimum",
+    "power", "round", "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc", "where",
+})
+_CONTRASTS = frozenset({"treatment", "sum", "helmert", "diff", "poly", "custom"})
+
+
+def _check_expression(expr: str, columns) -> None:
+    """Refuse a formula factor that is anything but columns, formulaic's transforms, numpy math and arithmetic.
+
+    Run on every Python factor of a stored formula before formulaic evaluates
+    it: a file can be edited (and its checksums recomputed), and formulaic
+    would evaluate ``I(open('x', 'w'))`` as Python.
+    """
+    import ast
+
+    from formulaic.transforms import TRANSFORMS
+
+    safe_nodes = (
+        ast.Expression, ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare,
+        ast.BoolOp, ast.List, ast.Tuple, ast.keyword, ast.Load, ast.operator, ast.unaryop, ast.cmpop, ast.boolop,
+    )
+    quoted = {}
+
+    def _placeholder(match):
+        quoted[f"_ccme_quoted_{len(quoted)}"] = match.group(0)
+        return f"_ccme_quoted_{len(quoted) - 1}"
+
+    # Backticked names may hold any characters: replace them by identifiers before parsing.
+    text = re.sub(r"`[^`]*`", _placeholder, expr)
+    allowed_names = set(columns) | set(quoted) | (set(TRANSFORMS) - {"np"})
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise FormatError(f"the formula term {expr!r} is not an expression") from None
+    for node in ast.walk(tree):
+        ok = isinstance(node, safe_nodes)
+        if isinstance(node, ast.Name):
+            ok = node.id in allowed_names or node.id in ("np", "numpy")
+        elif isinstance(node, ast.Attribute):
+            base = node.value.id if isinstance(node.value, ast.Name) else None
+            ok = ((base in ("np", "numpy") and node.attr in _NUMPY_FUNCTIONS)
+                  or (base == "contr" and node.attr in _CONTRASTS))
+        elif isinstance(node, ast.Constant):
+            ok = isinstance(node.value, (int, float, str, bool, type(None)))
+        if not ok:
+            raise FormatError(
+                f"the formula term {expr!r} uses {ast.dump(node)[:60]}, which a saved result may not evaluate "
+                "(only columns, formulaic's transforms, numpy math functions and arithmetic): "
+                "the file may have been tampered with"
+            )
+    # numpy itself may only be the base of one of the functions above, never a value (I(np)).
+    attribute_bases = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in ("np", "numpy") and id(node) not in attribute_bases:
+            raise FormatError(f"the formula term {expr!r} uses numpy itself, not one of its functions, which a saved "
+                              "result may not evaluate: the file may have been tampered with")
+
+
+def _rebuild_v_spec(formula: Formula, frame: pd.DataFrame, V: np.ndarray, v_variables) -> object:
+    """formulaic's encoder of V, rebuilt from the formula on V's stored raw columns; it must reproduce ``V``."""
+    conditioning = formula._parsed.rhs[1]
+    for term in conditioning:
+        for factor in term.factors:
+            if str(factor.eval_method.value) == "python":
+                _check_expression(str(factor.expr), v_variables)
+    if list(frame.columns) != list(v_variables) or len(frame) != V.shape[0]:
+        raise FormatError(f"the stored raw columns of V are not {list(v_variables)} over {V.shape[0]} rows: "
+                          "the file was altered")
+    formulaic, _ = _formulaic()
+    try:
+        # context={}: the formula sees the columns and formulaic's transforms, none of the caller's names.
+        matrix = formulaic.model_matrix(conditioning, frame, na_action="raise", context={})
+    except Exception as exc:  # formulaic raises many types; all mean "cannot rebuild"
+        raise FormatError(f"cannot rebuild the encoder of V from {formula.conditioning!r}: {_clean(exc)}") from None
+    values = np.asarray(matrix, dtype=np.float64)
+    values = values[:, None] if values.ndim == 1 else values
+    if values.shape != V.shape or not np.array_equal(values, V, equal_nan=True):
+        raise FormatError(
+            f"re-encoding the stored raw columns of V with {formula.conditioning!r} does not give the stored V "
+            "(the file was altered, or the formula's transforms depend on rows dropped at fit time)"
+        )
+    return matrix.model_spec

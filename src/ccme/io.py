@@ -763,23 +763,3 @@ def _ccme_version() -> str:
     except ImportError:  # while ccme itself is being imported
         return "(unknown version)"
     return __version__
-
-
-# ---------------------------------------------------------------------------
-# TRANSITIONAL: ccme.load and CCMEResult.save used to live here.  ccme.load
-# belongs beside CCMEResult (``read_object(path, CCMEResult.from_state)``);
-# delete these two once result.py provides it and __init__ imports it from
-# there, so that this module imports nothing of ccme but its errors.
-# ---------------------------------------------------------------------------
-def save(result, path, *, compress: bool = False) -> Path:
-    """Write ``result.to_state()`` to ``path`` (transitional; see :func:`write_archive`)."""
-    if not callable(getattr(result, "to_state", None)):
-        raise NotImplementedError(f"{type(result).__name__} has no to_state() yet: it cannot be saved")
-    return write_archive(path, result.to_state(), compress=compress)
-
-
-def load(path):
-    """Read a result saved by :meth:`ccme.CCMEResult.save` (transitional; see :func:`read_object`)."""
-    from .result import CCMEResult  # lazy: the codec itself never needs the result class
-
-    return read_object(path, CCMEResult.from_state)

@@ -21,7 +21,7 @@ def _axes(ax):
     return ax
 
 
-def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None, bands=False, level=0.9,
+def plot_densities(res, *, newdata="profiles", arm="both", y=None, ax=None, truth=None, bands=False, level=0.9,
                    n_boot=299, **kwargs):
     """Estimated conditional counterfactual densities, one colour per V-profile.
 
@@ -30,28 +30,20 @@ def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None
     shades the simultaneous bootstrap band of the smoothed density
     (:meth:`ccme.CCMEResult.bands`, method="ridge") around the raw estimate.
     """
-    if arm == "both":
-        arms = (1, 0)
-    elif arm in (0, 1):
-        arms = (int(arm),)
-    else:
-        raise ParameterError(f"`arm` must be 'both', 1 or 0; got {arm!r}")
-    if newdata is None:
-        newdata = res.profiles()
-    if isinstance(newdata, dict):
-        newdata = pd.DataFrame(newdata)
+    arms = _arms(res, arm)
+    newdata = _profiles(res, newdata)
     grid = res.default_grid() if y is None else np.asarray(y, dtype=float)
     ax = _axes(ax)
     colours = [f"C{i % 10}" for i in range(len(newdata))]
     labels = [str(label) for label in newdata.index]
     for a in arms:
-        dens = res.density(grid, newdata, arm=a)
+        dens = res.density(grid, newdata=newdata, arm=a)
         for i, row in enumerate(dens):
             ax.plot(grid, row, _ARM_STYLE[a], color=colours[i], label=f"{_ARM_LABEL[a]} | {labels[i]}", **kwargs)
             if truth is not None:
                 ax.plot(grid, np.ravel(truth(grid, newdata.iloc[[i]], a)), ":", color=colours[i], lw=1.2)
         if bands:
-            _shade_bands(ax, res.bands(level, newdata, arm=a, y=grid, n_boot=n_boot), colours, a == arms[0])
+            _shade_bands(ax, res.bands(level, newdata=newdata, arm=a, y=grid, n_boot=n_boot), colours, a == arms[0])
     ax.set_xlabel(res.design.y_names[0])
     ax.set_ylabel("density")
     title = f"{res.method}/{res.mode}: p(Y^a | V = v)"
@@ -62,17 +54,19 @@ def plot_densities(res, *, newdata=None, arm="both", y=None, ax=None, truth=None
     return ax
 
 
-def _arms(arm):
-    if arm == "both":
+def _arms(res, arm) -> tuple:
+    """The arms to draw: "both", or one arm as :meth:`ccme.CCMEResult.arm_index` reads it."""
+    if isinstance(arm, str) and arm == "both":
         return (1, 0)
-    if arm in (0, 1):
-        return (int(arm),)
-    raise ParameterError(f"`arm` must be 'both', 1 or 0; got {arm!r}")
+    return (res.arm_index(arm),)
 
 
-def _profiles(res, newdata):
-    if newdata is None:
+def _profiles(res, newdata) -> pd.DataFrame:
+    """The V-points of a plot: "profiles" (V's quartiles) or the rows of a DataFrame or dict."""
+    if isinstance(newdata, str) and newdata == "profiles":
         return res.profiles()
+    if newdata is None:
+        raise ParameterError("plots draw a curve per V-point: pass `newdata` (a few rows) or 'profiles'")
     return pd.DataFrame(newdata) if isinstance(newdata, dict) else newdata
 
 
@@ -84,23 +78,23 @@ def _shade_bands(ax, bands, colours, label: bool):
                         label=f"{bands.level:.0%} simultaneous band" if label and i == 0 else None)
 
 
-def plot_cdfs(res, *, newdata=None, arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None, **kwargs):
+def plot_cdfs(res, *, newdata="profiles", arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None, **kwargs):
     """Estimated conditional CDFs P̂(Y^a ≤ y | V = v), one colour per V-profile (treated solid, control dashed).
 
     ``bands=True`` shades the simultaneous bootstrap band of the smoothed CDF
     E[K(y − Y^a) | V = v] (:meth:`ccme.CCMEResult.bands`, method="ridge").
     """
-    arms = _arms(arm)
+    arms = _arms(res, arm)
     newdata = _profiles(res, newdata)
     grid = res.default_grid() if y is None else np.asarray(y, dtype=float)
     ax = _axes(ax)
     colours = [f"C{i % 10}" for i in range(len(newdata))]
     labels = [str(label) for label in newdata.index]
     for a in arms:
-        for i, row in enumerate(res.cdf(grid, newdata, arm=a)):
+        for i, row in enumerate(res.cdf(grid, newdata=newdata, arm=a)):
             ax.plot(grid, row, _ARM_STYLE[a], color=colours[i], label=f"{_ARM_LABEL[a]} | {labels[i]}", **kwargs)
         if bands:
-            _shade_bands(ax, res.bands(level, newdata, arm=a, y=grid, feature="cdf", n_boot=n_boot), colours,
+            _shade_bands(ax, res.bands(level, newdata=newdata, arm=a, y=grid, feature="cdf", n_boot=n_boot), colours,
                          a == arms[0])
     ax.set_xlabel(res.design.y_names[0])
     ax.set_ylabel("P(Y^a <= y | V = v)")
@@ -110,7 +104,7 @@ def plot_cdfs(res, *, newdata=None, arm="both", y=None, bands=False, level=0.9, 
     return ax
 
 
-def plot_effect(res, *, newdata=None, q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None, **kwargs):
+def plot_effect(res, *, newdata="profiles", q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None, **kwargs):
     """Quantile treatment effect curves q ↦ Q̂₁(q | v) − Q̂₀(q | v), one per V-profile.
 
     ``bands=True`` (method="ridge") shades pointwise bootstrap bands
@@ -118,7 +112,6 @@ def plot_effect(res, *, newdata=None, q=None, bands=True, level=0.9, n_boot=299,
     means at each profile.
     """
     from .bootstrap import qte_bands
-    from .effects import fine_grid
 
     newdata = _profiles(res, newdata)
     levels = np.linspace(0.05, 0.95, 37) if q is None else np.asarray(q, dtype=float)
@@ -126,11 +119,11 @@ def plot_effect(res, *, newdata=None, q=None, bands=True, level=0.9, n_boot=299,
     ax = _axes(ax)
     colours = [f"C{i % 10}" for i in range(len(newdata))]
     if bands:
-        qte, lower, upper = qte_bands(res, V, levels, fine_grid(res, 801), level=level, n_boot=n_boot,
+        qte, lower, upper = qte_bands(res, V, levels, res.fine_grid(801), level=level, n_boot=n_boot,
                                       seed=res.seed if seed is None else seed)
     else:
-        qte = res.quantile(levels, newdata, 1) - res.quantile(levels, newdata, 0)
-    diff = np.atleast_1d(res.mean(newdata, 1) - res.mean(newdata, 0))
+        qte = res.quantile(levels, newdata=newdata, arm=1) - res.quantile(levels, newdata=newdata, arm=0)
+    diff = np.atleast_1d(res.mean(newdata=newdata, arm=1) - res.mean(newdata=newdata, arm=0))
     for i, label in enumerate(newdata.index):
         ax.plot(levels, qte[i], color=colours[i], label=f"QTE | {label}", **kwargs)
         if bands:

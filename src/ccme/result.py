@@ -27,7 +27,7 @@ from .embedding import Embedding, check_levels
 from .errors import DataError, ParameterError
 from .grids import outcome_grid
 
-__all__ = ["CCMEResult"]
+__all__ = ["CCMEResult", "load"]
 
 _ARMS = (1, 0)
 #: ``newdata`` default of the methods that summarise at the V-profiles.
@@ -704,15 +704,88 @@ class CCMEResult:
 
         return plot_tuning(self, ax=ax, **kwargs)
 
+    # -- serialisation --------------------------------------------------------
+    STATE_SCHEMA = "ccme.CCMEResult"
+    STATE_VERSION = 1
+    _SCALARS = ("call", "method", "mode", "seed", "propensity", "clip")
+
+    def to_state(self) -> dict:
+        """The whole fit as a versioned state for :mod:`ccme.io` (every arm's fold estimators built first).
+
+        Each part of the result writes its own state (the design with its
+        formula, the folds, the propensity diagnostics, the tuning report, the
+        hyperparameters, each fold-arm), so adding an attribute never changes
+        the file format by accident.
+        """
+        from .estimators.base import value_state
+        from .io import make_state
+
+        embeddings = {
+            str(arm): {"readout": emb.y_kernel.to_state(), "parts": [part.to_state() for part in emb.parts]}
+            for arm, emb in self.embeddings.items()
+        }
+        return make_state(
+            self.STATE_SCHEMA, self.STATE_VERSION, **{name: getattr(self, name) for name in self._SCALARS},
+            design=self.design.to_state(), folds=[f.to_state() for f in self.folds],
+            options=value_state(dict(self.options)), params=self.params.to_state(),
+            propensity_columns=list(self.propensity_columns), outcome_columns=list(self.outcome_columns),
+            overlap=self.overlap.to_state(), embeddings=embeddings,
+            timing={k: float(v) for k, v in self.timing.items()},
+            tuning=None if self.tuning is None else self.tuning.to_state(),
+        )
+
+    @classmethod
+    def from_state(cls, state) -> "CCMEResult":
+        """Inverse of :meth:`to_state`; fold-arms are rebuilt only through the known estimators' types."""
+        from .crossfit import Fold
+        from .errors import FormatError
+        from .estimators import get_estimator
+        from .estimators.base import Parameters, value_from_state
+        from .formula import Design
+        from .io import check_schema, int_keys
+        from .kernels import Kernel
+        from .propensity import Overlap
+        from .tuning import TuningReport
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
+                     keys=(*cls._SCALARS, "design", "folds", "options", "params", "propensity_columns",
+                           "outcome_columns", "overlap", "embeddings", "timing", "tuning"))
+        design = Design.from_state(state["design"])
+        params = Parameters.from_state(state["params"])
+        estimator = get_estimator(state["method"])
+        readers = _fold_arm_readers()
+        outcome_range = (design.Y.min(axis=0), design.Y.max(axis=0))
+        embeddings = {}
+        for arm, node in int_keys(state["embeddings"], what="the stored embeddings").items():
+            parts = []
+            for part in node["parts"]:
+                reader = readers.get(part.get("schema") if isinstance(part, dict) else None)
+                if reader is None:
+                    raise FormatError(f"a stored fold-arm has the unknown schema {str(part.get('schema'))[:40]!r}")
+                parts.append(reader(part))
+            embeddings[arm] = Embedding(parts, Kernel.from_state(node["readout"]), rkhs_kernel=params.kernels["y"],
+                                        outcome_range=outcome_range, encode=design.encode_v, arm=arm)
+        if set(embeddings) != set(_ARMS):
+            raise FormatError("the stored result does not hold both arms' embeddings")
+        return cls(
+            call=state["call"], design=design, method=state["method"], mode=state["mode"],
+            folds=tuple(Fold.from_state(f) for f in state["folds"]), seed=state["seed"], estimator=estimator,
+            options=value_from_state(state["options"]), params=params, propensity=state["propensity"],
+            propensity_columns=tuple(state["propensity_columns"]), outcome_columns=tuple(state["outcome_columns"]),
+            overlap=Overlap.from_state(state["overlap"]), embeddings=embeddings, timing=dict(state["timing"]),
+            clip=state["clip"], tuning=None if state["tuning"] is None else TuningReport.from_state(state["tuning"]),
+        )
+
     def save(self, path, *, compress: bool = False):
         """Save the fitted result to ``path``, in a format whose loading cannot execute code (no pickle).
 
         One ZIP archive: the arrays in NumPy's ``.npy`` format, everything
-        else in JSON, with checksums (:mod:`ccme.io` documents the layout).
-        Every arm's fold estimators are built first (neural arms are trained
-        on first use), so the file holds the whole fit; :func:`ccme.load`
-        gives a result with the same densities, CDFs, moments and summaries,
-        bit for bit, and encodes ``newdata`` as this one does.
+        else in JSON, with checksums (:mod:`ccme.io` documents the layout),
+        holding :meth:`to_state`.  Every arm's fold estimators are built first
+        (neural arms are trained on first use), so the file holds the whole
+        fit; :func:`ccme.load` gives a result with the same densities, CDFs,
+        moments and summaries, bit for bit, and encodes ``newdata`` as this one
+        does.
 
         Parameters
         ----------
@@ -723,8 +796,52 @@ class CCMEResult:
         Returns
         -------
         pathlib.Path
+
+        Raises
+        ------
+        FormatError
+            When a part of the fit cannot be stored.
+
+        Examples
+        --------
+        >>> import ccme, tempfile, os
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> path = res.save(os.path.join(tempfile.mkdtemp(), "fit.ccme"))
+        >>> ccme.load(path).n
+        300
         """
-        from .io import save
+        from .io import write_archive
 
-        return save(self, path, compress=compress)
+        return write_archive(path, self.to_state(), compress=compress)
 
+
+def load(path) -> CCMEResult:
+    """Load a result saved by :meth:`CCMEResult.save`.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    CCMEResult
+
+    Raises
+    ------
+    FormatError
+        For a file that is not a ccme archive, is damaged or edited, or was
+        written by another version of the format (the message names both
+        versions and says to fit again).
+    """
+    from .io import read_object
+
+    return read_object(path, CCMEResult.from_state)
+
+
+def _fold_arm_readers() -> dict:
+    """Schema name → ``from_state`` of every fold-arm type the package writes (no name read from a file is resolved)."""
+    from .estimators.deep_feature import DeepFeatureFoldArm
+    from .estimators.neural_kernel import NeuralKernelFoldArm
+    from .estimators.ridge import RidgeFoldArm
+
+    return {t.STATE_SCHEMA: t.from_state for t in (RidgeFoldArm, DeepFeatureFoldArm, NeuralKernelFoldArm)}

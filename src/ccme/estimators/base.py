@@ -92,6 +92,84 @@ class Parameters(Mapping):
         """A plain, mutable deep copy of the mappings (the leaves are shared)."""
         return _thaw(self._values)
 
+    STATE_SCHEMA = "ccme.Parameters"
+    STATE_VERSION = 1
+
+    def to_state(self) -> dict:
+        """The values as a versioned state for :mod:`ccme.io` (see :func:`value_state`)."""
+        from ..io import make_state
+
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, values=value_state(self._values))
+
+    @classmethod
+    def from_state(cls, state) -> "Parameters":
+        """Inverse of :meth:`to_state`."""
+        from ..io import check_schema
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("values",))
+        return cls(value_from_state(state["values"]))
+
+
+def value_state(value):
+    """A hyperparameter value as a state tree: the JSON types and arrays as they are, the rest tagged.
+
+    Tuples, mappings (any hashable keys: the arms 1/0 or the roles "x", "v",
+    "y"), kernels and the neural training settings become one-key dicts
+    ({"tuple": [...]}, {"mapping": [[key, value], ...]}, {"kernel": state},
+    {"training": fields}); :func:`value_from_state` reverses it.  Anything
+    else raises a FormatError naming its type.
+    """
+    from ..errors import FormatError
+    from ..kernels import Kernel
+    from .training import TrainingSettings
+
+    if value is None or isinstance(value, (bool, int, float, str, np.generic, np.ndarray)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return {"tuple" if isinstance(value, tuple) else "list": [value_state(v) for v in value]}
+    if isinstance(value, Mapping):
+        return {"mapping": [[value_state(k), value_state(v)] for k, v in value.items()]}
+    if isinstance(value, Kernel):
+        return {"kernel": value.to_state()}
+    if isinstance(value, TrainingSettings):
+        return {"training": {f: value_state(getattr(value, f)) for f in TrainingSettings.__dataclass_fields__}}
+    raise FormatError(f"a hyperparameter of type {type(value).__name__} cannot be saved")
+
+
+def value_from_state(state):
+    """Inverse of :func:`value_state`."""
+    from ..errors import FormatError
+    from ..kernels import Kernel
+    from .training import TrainingSettings
+
+    if not isinstance(state, dict):
+        return state
+    if len(state) != 1:
+        raise FormatError("a stored hyperparameter value is not a tagged value")
+    (tag, inner), = state.items()
+    if tag == "tuple":
+        return tuple(value_from_state(v) for v in inner)
+    if tag == "list":
+        return [value_from_state(v) for v in inner]
+    if tag == "mapping":
+        return {_hashable(value_from_state(k)): value_from_state(v) for k, v in inner}
+    if tag == "kernel":
+        return Kernel.from_state(inner)
+    if tag == "training":
+        fields = set(TrainingSettings.__dataclass_fields__)
+        if not isinstance(inner, dict) or set(inner) != fields:
+            raise FormatError("the stored training settings do not have the expected fields")
+        return TrainingSettings(**{k: value_from_state(v) for k, v in inner.items()})
+    raise FormatError(f"a stored hyperparameter value has the unknown tag {str(tag)[:40]!r}")
+
+
+def _hashable(key):
+    from ..errors import FormatError
+
+    if isinstance(key, (list, dict, np.ndarray)):
+        raise FormatError("a stored mapping has an unhashable key")
+    return key
+
 
 @dataclass(frozen=True)
 class CrossFitData:

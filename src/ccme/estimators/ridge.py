@@ -111,6 +111,44 @@ class RidgeFoldArm(FoldArm, LinearSecondStage):
     def diagnostics(self) -> dict:
         return {"jitter": max(self.jitter.values(), default=0.0)}
 
+    STATE_SCHEMA = "ccme.RidgeFoldArm"
+    STATE_VERSION = 1
+    _ARRAYS = ("L_V", "V1", "Y1", "X1", "L_X0", "X0", "Y0", "atom_units")
+
+    def to_state(self) -> dict:
+        """The fitted fold-arm as a versioned state for :mod:`ccme.io` (factors, data, pseudo-outcome)."""
+        from ..io import make_state
+
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION,
+                          **{name: getattr(self, name) for name in self._ARRAYS},
+                          v_kernel=self.v_kernel.to_state(), x_kernel=self.x_kernel.to_state(),
+                          rows=self.pseudo.rows, a=self.pseudo.a, b=self.pseudo.b, shift=float(self.shift),
+                          jitter={k: float(v) for k, v in self.jitter.items()})
+
+    @classmethod
+    def from_state(cls, state) -> "RidgeFoldArm":
+        """Inverse of :meth:`to_state`; every array checked for its type and shape."""
+        from ..errors import FormatError
+        from ..io import check_schema
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
+                     keys=(*cls._ARRAYS, "v_kernel", "x_kernel", "rows", "a", "b", "shift", "jitter"))
+        for name in (*cls._ARRAYS, "rows", "a", "b"):
+            if not isinstance(state[name], np.ndarray):
+                raise FormatError(f"the stored ridge fold-arm's {name} is not an array")
+        n = len(state["rows"])
+        if state["L_V"].shape != (n, n) or len(state["V1"]) != n or len(state["Y1"]) != n or \
+                len(state["a"]) != n or len(state["b"]) != n:
+            raise FormatError("the stored ridge fold-arm's second-stage arrays disagree in size")
+        m = len(state["X0"])
+        if state["L_X0"].shape not in ((m, m), (0, 0)) or len(state["Y0"]) != m:
+            raise FormatError("the stored ridge fold-arm's first-stage arrays disagree in size")
+        pseudo = PseudoOutcome(rows=state["rows"], a=state["a"], b=state["b"])
+        return cls(L_V=state["L_V"], V1=state["V1"], v_kernel=Kernel.from_state(state["v_kernel"]), pseudo=pseudo,
+                   Y1=state["Y1"], X1=state["X1"], L_X0=state["L_X0"], X0=state["X0"], Y0=state["Y0"],
+                   x_kernel=Kernel.from_state(state["x_kernel"]), shift=float(state["shift"]),
+                   jitter=dict(state["jitter"]), atom_units=state["atom_units"])
+
     def contract(self, V_eval, points, feature, y_kernel: Kernel, out, scale: float, n_threads: int = 0):
         """``out += scale × Σ_k c_k(v) F(y_k, point)`` by eq. (emp_density), in the compiled core."""
         _backend.ridge_contract(
