@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import warnings
@@ -81,9 +82,9 @@ def test_ridge_round_trip_is_bit_identical(data, mode, tmp_path):
 def test_lazy_arms_are_built_before_saving(data, tmp_path):
     """An unused result saves both arms; the loaded result equals the original once it builds them."""
     res = _fit(data, tune="none")
-    assert all(res.embeddings[arm]._parts is None for arm in (1, 0))
+    assert not any(res.embeddings[arm]._parts.built for arm in (1, 0))
     back = ccme.load(res.save(tmp_path / "lazy.ccme"))
-    assert all(back.embeddings[arm]._parts is not None for arm in (1, 0))
+    assert all(back.embeddings[arm]._parts.built for arm in (1, 0))
     _assert_same(res, back)
 
 
@@ -154,10 +155,10 @@ def test_truncated_and_garbage_files(saved, tmp_path):
     raw = path.read_bytes()
     for cut in (10, len(raw) // 2, len(raw) - 30):
         (tmp_path / "cut.ccme").write_bytes(raw[:cut])
-        with pytest.raises(FormatError, match="not a ccme result file|truncated|damaged"):
+        with pytest.raises(FormatError, match="not a ccme file|truncated|damaged"):
             ccme.load(tmp_path / "cut.ccme")
     (tmp_path / "text.ccme").write_text("hello")
-    with pytest.raises(FormatError, match="not a ccme result file"):
+    with pytest.raises(FormatError, match="not a ccme file"):
         ccme.load(tmp_path / "text.ccme")
     with zipfile.ZipFile(tmp_path / "other.zip", "w") as zf:
         zf.writestr("readme.txt", "not ccme")
@@ -187,7 +188,7 @@ def test_flipped_bytes_are_detected(saved, tmp_path):
 def test_edited_metadata_is_detected(saved, tmp_path):
     path, meta = saved
     edited = json.loads(json.dumps(meta))
-    edited["result"]["seed"] = 99
+    edited["state"]["seed"] = 99
     with pytest.raises(FormatError, match="altered or damaged.*ccme.json"):
         ccme.load(_rewrite(path, tmp_path / "edit.ccme", meta=edited, digest=False))
 
@@ -206,7 +207,7 @@ def test_hostile_content_is_refused_without_running_it(saved, tmp_path, monkeypa
     marker = tmp_path / "pwned"
     # 1. a formula whose V term is Python code (formulaic would evaluate it to build V's encoder)
     hostile = json.loads(json.dumps(meta))
-    fields = hostile["result"]["design"]["fields"]["formula"]["fields"]
+    fields = hostile["state"]["design"]["formula"]
     code = "I(open('pwned', 'w'))"
     fields["text"] = fields["text"].replace("np.log(x2 + 3)", code)
     fields["conditioning"] = fields["conditioning"].replace("np.log(x2 + 3)", code)
@@ -214,16 +215,16 @@ def test_hostile_content_is_refused_without_running_it(saved, tmp_path, monkeypa
         ccme.load(_rewrite(path, tmp_path / "code.ccme", meta=hostile))
     for text in ("x1 + np.load(x2)", "x1 + exec('1')", "x1 + I(x2.__class__)", "x1 + I(np)", "x1 + I(x2[0])"):
         hostile = json.loads(json.dumps(meta))
-        fields = hostile["result"]["design"]["fields"]["formula"]["fields"]
+        fields = hostile["state"]["design"]["formula"]
         fields["text"] = fields["text"].replace("x1 + np.log(x2 + 3) + g", text)
         with pytest.raises(FormatError):
             ccme.load(_rewrite(path, tmp_path / "code2.ccme", meta=hostile))
     assert not marker.exists()
-    # 2. a class name outside ccme, or a ccme object that is no data class
-    for name in ("os:system", "subprocess:Popen", "ccme._api:fit", "ccme.io:load"):
+    # 2. a type name of the file's choosing: fold-arms are rebuilt only through the package's own types
+    for name in ("os:system", "subprocess.Popen", "ccme._api.fit", "ccme.Embedding"):
         hostile = json.loads(json.dumps(meta))
-        hostile["result"]["overlap"]["type"] = name
-        with pytest.raises(FormatError, match="not a ccme class"):
+        hostile["state"]["embeddings"]["1"]["parts"][0]["schema"] = name
+        with pytest.raises(FormatError, match="unknown schema"):
             ccme.load(_rewrite(path, tmp_path / "class.ccme", meta=hostile))
     # 3. an object (pickled) array in place of a numeric one
     hostile = json.loads(json.dumps(meta))
@@ -236,9 +237,19 @@ def test_hostile_content_is_refused_without_running_it(saved, tmp_path, monkeypa
         ccme.load(_rewrite(path, tmp_path / "pickle.ccme", meta=hostile, entries={f"arrays/{name}.npy": raw}))
 
 
-def test_unsavable_attribute_is_named(data, tmp_path):
+def test_results_are_immutable_and_a_failed_save_leaves_no_file(data, tmp_path, monkeypatch):
     res = _fit(data, tune="none")
-    res.note = object()
-    with pytest.raises(FormatError, match="cannot save note"):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.note = "x"
+    with pytest.raises(AttributeError, match="immutable"):
+        res.embedding(1).y_kernel = None
+    with pytest.raises(TypeError):
+        res.params["lam0"] = {1: 1.0, 0: 1.0}
+    # a part of the fit whose state holds something the codec refuses: a named error, and no file
+    from ccme.estimators.ridge import RidgeFoldArm
+
+    original = RidgeFoldArm.to_state
+    monkeypatch.setattr(RidgeFoldArm, "to_state", lambda self: {**original(self), "note": object()})
+    with pytest.raises(FormatError, match="note"):
         res.save(tmp_path / "bad.ccme")
     assert not (tmp_path / "bad.ccme").exists() and not list(tmp_path.iterdir())
