@@ -143,21 +143,23 @@ res.quantile([0.1, 0.5, 0.9], newdata=PAPER_PROFILES, arm=1).round(2), res.inter
 # `res.effect` compares the two arms at each profile: the difference of means
 # (the conditional average treatment effect implied by the two distributions),
 # quantile treatment effects, and distances between the distributions (MMD,
-# Kolmogorov, 1-Wasserstein).
+# Kolmogorov, 1-Wasserstein), as a long (tidy) table: one row per profile
+# and term, the quantile level in `level`.  `pivot` gives one row per profile.
 
 # %%
-res.effect(newdata=PAPER_PROFILES).round(2).T
+eff = res.effect(newdata=PAPER_PROFILES)
+eff.pivot(index="profile", columns=["term", "level"], values="estimate").round(2).T
 
 # %% [markdown]
 # The true mean difference at v1 is known from the simulation: the treated
 # component means exceed the control ones by 2 + γᵀ(v, E[X6..X10]).  Compare
-# with the `mean diff` row:
+# with the `mean_diff` rows:
 
 # %%
 from ccme.datasets.paper import GAMMA
 
 true_cate = 2 + PAPER_PROFILES.to_numpy() @ GAMMA[:5] + GAMMA[5:].sum()
-estimated = res.effect(newdata=PAPER_PROFILES)["mean diff"].to_numpy()
+estimated = eff.loc[eff.term == "mean_diff", "estimate"].to_numpy()
 for name, t, e in zip(PAPER_PROFILES.index, true_cate, estimated):
     print(f"{name}: true mean difference {t:.2f}, estimated {e:.2f}")
 

@@ -91,7 +91,8 @@ for ax in axes:
 
 # %%
 eff = res.effect(newdata=profiles, q=[0.1, 0.25, 0.5, 0.75, 0.9])
-eff[["mean Y1", "mean Y0", "mean diff", "qte 0.1", "qte 0.5", "qte 0.9", "wasserstein"]].round(2)
+wide = eff.pivot(index="profile", columns=["term", "level"], values="estimate")
+wide[["mean_diff", "qte", "wasserstein"]].round(2)
 
 # %% [markdown]
 # The mean differences are of the size Hernán & Robins report for the

@@ -149,7 +149,8 @@ zero_share.round(2)
 
 # %%
 eff = res.effect(newdata=profiles, q=[0.25, 0.5, 0.75, 0.9])
-eff[["mean diff", "qte 0.25", "qte 0.5", "qte 0.75", "qte 0.9", "kolmogorov"]].round(2)
+wide = eff.pivot(index="profile", columns=["term", "level"], values="estimate")
+wide[["mean_diff", "qte", "kolmogorov"]].round(2)
 
 # %% [markdown]
 # A mean effect of one to two thousand dollars is an average over very
