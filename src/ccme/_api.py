@@ -60,10 +60,10 @@ def fit(
         means every other column).  ``y1 + y2 ~ ...`` for a multivariate outcome.
     data : DataFrame
         The data; never modified.
-    method : {"ridge", "deep_feature", "neural_kernel"}
+    method : {"ridge", "deep_feature", "neural_kernel"}, default "ridge"
         The CCME estimator (paper, Section "Three Practical Estimators").  The
         neural ones need PyTorch (``pip install "ccme[neural]"``).
-    mode : {"dr", "ipw", "pi", "onestep"}
+    mode : {"dr", "ipw", "pi", "onestep"}, default "dr"
         The pseudo-outcome: doubly robust (eq. pseudo_outcome), inverse
         propensity weighting, plug-in, or the one-step regression of φ(Y) on V
         among the arm's units (paper, Section "Experiments").
@@ -74,7 +74,7 @@ def fit(
         unpenalised logistic regression, a random forest (100 trees, depth 4,
         as the paper), any scikit-learn classifier with ``predict_proba``, or
         known scores (one per row).
-    seed : int or None
+    seed : int or None, default None
         Seeds the fold assignment and any randomised learner.  ``None`` draws
         one, which is kept on the result (``res.seed``).
     clip : float, default 0.01
@@ -89,13 +89,13 @@ def fit(
         then applies to the kept units (nothing is left to clip when
         trim ≥ clip).  The counts are in ``res.overlap`` (``n_trimmed_low``,
         ``n_trimmed_high``, ``kept``) and in the summary.  0 turns it off.
-    treated : optional
+    treated : optional, default None
         The level of the treatment column that counts as A = 1 (needed for a
         two-level column that is not 0/1 or boolean).
-    na_action : {"raise", "drop"}
+    na_action : {"raise", "drop"}, default "raise"
         Missing or infinite values in the used columns raise an error, or the
         rows are dropped with a warning.
-    propensity_covariates, outcome_covariates : list of str or str, optional
+    propensity_covariates, outcome_covariates : list of str or str, default None
         Subsets of X's raw columns used by the propensity model and by the
         first-stage outcome model (default: all of X).  Lets a user misspecify
         either nuisance on purpose, as the paper's experiments do.
@@ -144,6 +144,32 @@ def fit(
     Returns
     -------
     CCMEResult
+        The frozen record of the fit; ``res.embedding(arm)`` gives each arm's
+        :class:`ccme.Embedding`.
+
+    Raises
+    ------
+    FormulaError
+        A formula that cannot be parsed, or names columns the data lack.
+    DataError
+        Missing or non-finite values (with ``na_action="raise"``), a treatment
+        that is not binary, too few units in an arm or a fold.
+    ParameterError
+        An unknown method, mode or hyperparameter, or a value out of range.
+    PositivityError
+        Propensity scores that separate the arms (no overlap).
+    MemoryBudgetError
+        When the estimator's factors would not fit in the available memory.
+
+    Examples
+    --------
+    >>> import ccme
+    >>> data = ccme.datasets.paper_simulation(500, seed=1)
+    >>> res = ccme.fit("y ~ a | x1 + x2 | x3 + x4", data, propensity="forest", seed=1, tune="none")
+    >>> res.n_arm
+    {1: 123, 0: 377}
+    >>> res.density([0.0, 5.0], newdata=ccme.datasets.PAPER_PROFILES, arm=1).shape
+    (2, 2)
     """
     started = time.perf_counter()
     call = _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters)
