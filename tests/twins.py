@@ -2,6 +2,10 @@
 
 Same signatures, same results (up to rounding), written naively and obviously:
 everything is materialised.  Used by the tests to check the core; not fast.
+They live beside the tests (as DoubleML keeps its ``_utils_*_manual.py``), not
+in the package: tests import them as ``import twins`` (pytest puts ``tests/``
+on ``sys.path``), and ``benchmarks/bench_ridge.py`` loads this file by path to
+time a numpy-only ridge fit.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import numpy as np
 import scipy.linalg
 import scipy.special
 
-from .errors import NumericalError
+from ccme.errors import NumericalError
 
 JITTER_FACTORS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
 
@@ -122,6 +126,37 @@ def ridge_contract(L_V, V1, v_kernel, v_bandwidth, a, Y1, b, X1, L_X0, X0, Y0, x
         out = np.zeros((len(_2d(V_eval)), q))
     out += scale * result
     return out
+
+
+class RidgeArmCore:
+    """Twin of :class:`ccme._backend.RidgeArmCore`: keeps the arguments, evaluates with the twins above."""
+
+    def __init__(self, *, L_V, V1, v_kernel, v_bandwidth, a, b, Y1=None, X1=None, L_X0=None, X0=None, Y0=None,
+                 x_kernel=None, x_bandwidth=None):
+        self.L_V, self.V1, self.v_kernel, self.v_bandwidth = np.asarray(L_V, dtype=np.float64), _2d(V1), v_kernel, v_bandwidth
+        self.a, self.b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        self.L_X0 = np.zeros((0, 0)) if L_X0 is None else np.asarray(L_X0, dtype=np.float64)
+        self.X1, self.X0, self.x_kernel, self.x_bandwidth = X1, X0, x_kernel, x_bandwidth
+        self.Y1, self.Y0 = Y1, Y0
+
+    def _first_stage(self):
+        return self.L_X0.shape[0] > 0 and np.any(self.b != 0)
+
+    def weights(self, V_eval, n_threads=0):
+        return ridge_weights(self.L_V, self.V1, self.v_kernel, self.v_bandwidth, self.a, self.b, self.X1, self.L_X0,
+                             self.X0, self.x_kernel, self.x_bandwidth, V_eval)
+
+    def beta(self, V_eval, n_threads=0):
+        return np.linalg.solve(self.L_V @ self.L_V.T, gram(self.V1, V_eval, self.v_kernel, self.v_bandwidth))
+
+    def contract(self, V_eval, points, feature, y_kernel, y_bandwidth, out=None, scale=1.0, n_threads=0,
+                 order="auto"):
+        Y0 = self.Y0 if self._first_stage() else None
+        Y1 = self.Y1 if self.Y1 is not None else np.zeros((0, _2d(Y0 if Y0 is not None else points).shape[1]))
+        return ridge_contract(self.L_V, self.V1, self.v_kernel, self.v_bandwidth, self.a, Y1, self.b, self.X1,
+                              self.L_X0, self.X0, Y0 if Y0 is not None else np.zeros((0, _2d(Y1).shape[1])),
+                              self.x_kernel, self.x_bandwidth, V_eval, points, feature, y_kernel, y_bandwidth,
+                              out=out, scale=scale)
 
 
 def pivoted_cholesky(X, kernel, bandwidth, tol, max_rank, n_threads=0, panel=64):
