@@ -232,6 +232,137 @@ def test_ridge_weights_vs_twin(rng, case):
 
 
 # ---------------------------------------------------------------------------
+# the bound fold-arm object
+# ---------------------------------------------------------------------------
+def arm_kwargs(args):
+    return {k: v for k, v in args.items() if k != "V_eval"}
+
+
+@pytest.mark.parametrize("case", [dict(), dict(m=0), dict(b_zero=True), dict(a_zero=True), dict(dy=2),
+                                  dict(n=300, m=280, ne=270, q=260)])
+def test_ridge_arm_bit_identical_to_one_call_functions(rng, case):
+    """RidgeArmCore.contract / weights equal ridge_contract / ridge_weights bit for bit, used repeatedly."""
+    args, points, by = ridge_problem(rng, **case)
+    arm = B.RidgeArmCore(**arm_kwargs(args))
+    assert (arm.n, arm.m, arm.dv, arm.dy) == (args["L_V"].shape[0], args["L_X0"].shape[0], 2, points.shape[1])
+    assert arm.uses_b == (args["L_X0"].shape[0] > 0 and bool(np.any(args["b"] != 0)))
+    for feature in B.FEATURES:
+        for n_threads in (1, 2, 3):
+            kw = dict(points=points, feature=feature, y_kernel="gaussian", y_bandwidth=by, scale=0.7,
+                      n_threads=n_threads)
+            want = B.ridge_contract(**args, **kw)
+            np.testing.assert_array_equal(arm.contract(args["V_eval"], **kw), want)
+            np.testing.assert_array_equal(arm.contract(args["V_eval"], **kw), want)  # no state kept between calls
+            for order in ("y", "v"):
+                np.testing.assert_array_equal(arm.contract(args["V_eval"], **kw, order=order),
+                                              B.ridge_contract(**args, **kw, order=order))
+    wargs = {k: v for k, v in args.items() if k not in ("Y1", "Y0")}
+    for n_threads in (1, 2, 3):
+        for got, want in zip(arm.weights(args["V_eval"], n_threads), B.ridge_weights(**wargs, n_threads=n_threads)):
+            np.testing.assert_array_equal(got, want)
+    close(arm.contract(args["V_eval"], points, "density", "gaussian", by),
+          T.RidgeArmCore(**arm_kwargs(args)).contract(args["V_eval"], points, "density", "gaussian", by))
+
+
+@pytest.mark.parametrize("case", [dict(), dict(m=0), dict(n=300, m=280, ne=270)])
+def test_ridge_arm_beta_is_the_bootstraps_smoother(rng, case):
+    """beta() equals ridge_weights with a = 1 and no first stage (how the bootstrap computed it) bit for bit."""
+    args, _, _ = ridge_problem(rng, **case)
+    arm = B.RidgeArmCore(**arm_kwargs(args))
+    n = args["L_V"].shape[0]
+    for n_threads in (1, 2, 3):
+        want, _ = B.ridge_weights(
+            L_V=args["L_V"], V1=args["V1"], v_kernel="gaussian", v_bandwidth=args["v_bandwidth"], a=np.ones(n),
+            b=np.zeros(n), X1=args["X1"], L_X0=np.zeros((0, 0)), X0=args["X0"], x_kernel="matern32",
+            x_bandwidth=args["x_bandwidth"], V_eval=args["V_eval"], n_threads=n_threads,
+        )
+        np.testing.assert_array_equal(arm.beta(args["V_eval"], n_threads), want)
+    close(arm.beta(args["V_eval"]), T.RidgeArmCore(**arm_kwargs(args)).beta(args["V_eval"]))
+
+
+def test_ridge_arm_weights_only(rng):
+    args, points, by = ridge_problem(rng)
+    kw = {k: v for k, v in arm_kwargs(args).items() if k not in ("Y1", "Y0")}
+    arm = B.RidgeArmCore(**kw)
+    assert arm.dy is None
+    for got, want in zip(arm.weights(args["V_eval"]), B.RidgeArmCore(**arm_kwargs(args)).weights(args["V_eval"])):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ParameterError, match="without outcomes"):
+        arm.contract(args["V_eval"], points, "density", "gaussian", by)
+    # Without a first stage, X1 / X0 / L_X0 / x_kernel may be left out.
+    n = args["L_V"].shape[0]
+    bare = B.RidgeArmCore(L_V=args["L_V"], V1=args["V1"], v_kernel="gaussian", v_bandwidth=args["v_bandwidth"],
+                          a=np.ones(n), b=np.zeros(n))
+    np.testing.assert_array_equal(bare.beta(args["V_eval"]), arm.beta(args["V_eval"]))
+    assert "RidgeArmCore" in repr(bare) and "direct" in repr(bare)
+
+
+def test_ridge_arm_references_its_factor(rng):
+    """The core reads L_V in place (no n x n copy) and keeps it alive; it refuses arrays it would have to copy."""
+    import gc
+
+    from ccme import _core
+
+    args, points, by = ridge_problem(rng)
+    want = B.ridge_contract(**args, points=points, feature="density", y_kernel="gaussian", y_bandwidth=by)
+    kw = arm_kwargs(args)
+    kw["L_V"] = args["L_V"].copy()
+    arm = B.RidgeArmCore(**kw)
+    assert arm._L_V is kw["L_V"]  # a C-ordered float64 factor is not copied on the way in
+    del kw
+    gc.collect()
+    np.testing.assert_array_equal(arm.contract(args["V_eval"], points, "density", "gaussian", by), want)
+    raw = dict(arm_kwargs(args), L_V=np.asfortranarray(args["L_V"]), v_bandwidth=args["v_bandwidth"],
+               x_bandwidth=args["x_bandwidth"], Y1=args["Y1"], Y0=args["Y0"])
+    with pytest.raises(TypeError):
+        _core.RidgeArm(**raw)  # a Fortran-ordered factor would need a temporary copy: refused
+    np.testing.assert_array_equal(  # the wrapper converts it (once) instead
+        B.RidgeArmCore(**dict(arm_kwargs(args), L_V=np.asfortranarray(args["L_V"])))
+        .contract(args["V_eval"], points, "density", "gaussian", by), want)
+
+
+def test_ridge_arm_concurrent_use(rng):
+    """One object evaluated from several Python threads at once (GIL released) gives the sequential results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    args, points, by = ridge_problem(rng, n=300, m=280, ne=200, q=150)
+    arm = B.RidgeArmCore(**arm_kwargs(args))
+    features = ["density", "cdf", "moments"] * 3
+    sequential = [arm.contract(args["V_eval"], points, f, "gaussian", by, n_threads=1) for f in features]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        concurrent = list(pool.map(lambda f: arm.contract(args["V_eval"], points, f, "gaussian", by, n_threads=1),
+                                   features))
+    for a, b in zip(sequential, concurrent):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ridge_arm_errors(rng):
+    args, points, by = ridge_problem(rng)
+    kw = arm_kwargs(args)
+    with pytest.raises(DataError, match="X0 has 29 rows but L_X0 has 30"):
+        B.RidgeArmCore(**dict(kw, X0=args["X0"][:-1]))
+    with pytest.raises(DataError, match="Y1 is required"):
+        B.RidgeArmCore(**dict(kw, Y1=None))
+    with pytest.raises(DataError, match="X1, X0, x_kernel and x_bandwidth are required"):
+        B.RidgeArmCore(**dict(kw, X1=None))
+    with pytest.raises(ParameterError, match="x_kernel='rbf'"):
+        B.RidgeArmCore(**dict(kw, x_kernel="rbf"))
+    arm = B.RidgeArmCore(**kw)
+    with pytest.raises(DataError, match="contract: V_eval has 3 columns but V1 has 2"):
+        arm.contract(rng.normal(size=(4, 3)), points, "density", "gaussian", by)
+    with pytest.raises(DataError, match="beta: V_eval has 3 columns"):
+        arm.beta(rng.normal(size=(4, 3)))
+    with pytest.raises(DataError, match="points has 2 columns but Y1 has 1"):
+        arm.contract(args["V_eval"], rng.normal(size=(4, 2)), "density", "gaussian", by)
+    with pytest.raises(DataError, match="out must be an ndarray of shape"):
+        arm.contract(args["V_eval"], points, "density", "gaussian", by, out=np.zeros((2, 2)))
+    with pytest.raises(ParameterError, match="feature='pdf'"):
+        arm.contract(args["V_eval"], points, "pdf", "gaussian", by)
+    with pytest.raises(ParameterError, match="n_threads"):
+        arm.weights(args["V_eval"], n_threads=-2)
+
+
+# ---------------------------------------------------------------------------
 # determinism across thread counts
 # ---------------------------------------------------------------------------
 def test_bit_identical_across_threads(rng):
@@ -243,8 +374,10 @@ def test_bit_identical_across_threads(rng):
     args, points, by = ridge_problem(rng, n=700, m=600, ne=300, q=290)
     kw = dict(args, points=points, feature="density", y_kernel="gaussian", y_bandwidth=by)
     Rs = {o: [B.ridge_contract(**kw, order=o, n_threads=t) for t in (1, 2, 3)] for o in ("y", "v")}
+    arm = B.RidgeArmCore(**arm_kwargs(args))
+    Bs = [arm.beta(args["V_eval"], n_threads=t) for t in (1, 2, 3)]
     Ks = [B.kernel_ridge_factor(args["V1"], "laplace", [1.0, 1.0], 1.0, n_threads=t)[0] for t in (1, 2, 3)]
-    for group in (Ls, Xs, Rs["y"], Rs["v"], Ks):
+    for group in (Ls, Xs, Rs["y"], Rs["v"], Ks, Bs):
         for other in group[1:]:
             np.testing.assert_array_equal(group[0], other)
 
@@ -292,6 +425,44 @@ def test_errors(rng):
         B.ridge_contract(**kw, order="x")
     with pytest.raises(CcmeError):
         B.ridge_weights(**{k: v for k, v in dict(args, x_kernel="rbf").items() if k not in ("Y1", "Y0")})
+
+
+def test_core_shape_errors_are_data_errors(rng):
+    """The documented table: shapes that do not fit -> DataError, names and values -> ParameterError.
+
+    The core raises _core.ShapeError (a ValueError) for shape mismatches; _backend maps it to
+    DataError even when a check in Python did not catch the mismatch first.
+    """
+    from ccme import _core
+
+    X = rng.normal(size=(5, 2))
+    assert issubclass(_core.ShapeError, ValueError)
+    with pytest.raises(DataError, match="gram: A has 2 columns but B has 3"):
+        B._call(_core.gram, X, rng.normal(size=(4, 3)), "gaussian", np.ones(2))
+    with pytest.raises(DataError, match="must be square"):
+        B._call(_core.cholesky, rng.normal(size=(3, 4)))
+    with pytest.raises(DataError, match="cholesky_solve: B has 3 rows"):
+        B._call(_core.cholesky_solve, np.eye(4), np.ones((3, 1)))
+    with pytest.raises(DataError, match="W has 4 rows but Z has 5"):
+        B._call(_core.kernel_quadratic_forms, X, np.ones((4, 1)), "gaussian", np.ones(2))
+    with pytest.raises(DataError, match="Z has 3 rows"):
+        B._call(_core.krr_loo_path, np.ones((5, 2)), np.ones(2), np.ones((3, 1)), np.ones(1))
+    with pytest.raises(DataError, match="points have 1 columns but the atoms have 2"):
+        B._call(_core.atom_features, X, np.ones((3, 1)), "density", "gaussian", np.ones(2))
+    args, points, by = ridge_problem(rng)
+    arm = B.RidgeArmCore(**arm_kwargs(args))
+    with pytest.raises(DataError, match="out has shape"):
+        B._call(arm._arm.contract, args["V_eval"], points, "density", "gaussian", by, np.zeros((2, 2)), 1.0)
+    with pytest.raises(DataError, match="V_eval has 3 columns"):
+        B._call(arm._arm.beta, np.ones((2, 3)))
+    # Names and values stay ParameterError.
+    with pytest.raises(ParameterError, match="unknown kernel 'foo'"):
+        B._call(_core.gram, X, X, "foo", np.ones(2))
+    with pytest.raises(ParameterError, match="bandwidth has length 1"):
+        B._call(_core.gram, X, X, "gaussian", np.ones(1))
+    with pytest.raises(ParameterError, match="order must be"):
+        B._call(arm._arm.contract, args["V_eval"], points, "density", "gaussian", by, np.zeros((9, 11)), 1.0,
+                order="x")
 
 
 def test_core_errors_are_value_errors(rng):

@@ -10,6 +10,17 @@ errors of the core into ccme errors:
 * bad kernel / feature names, bandwidths    -> :class:`ccme.errors.ParameterError`
 * Cholesky failure after jitter             -> :class:`ccme.errors.NumericalError`
 
+Most checks happen here, before the core is called; the core checks again and
+raises ``_core.ShapeError`` (a ValueError) for shapes, a plain ValueError for
+names and values and ``_core.CholeskyError``, which :func:`_call` maps to the
+same three errors, so the table holds whichever layer notices first.
+
+A fitted ridge fold-arm is a :class:`RidgeArmCore`: made once (validated, its
+data pre-scaled in the core, its Cholesky factors referenced, not copied), then
+evaluated many times with :meth:`RidgeArmCore.contract`,
+:meth:`RidgeArmCore.weights` and :meth:`RidgeArmCore.beta`.
+:func:`ridge_contract` and :func:`ridge_weights` do the same in one call.
+
 Kernels (all bandwidths are per-column arrays, ARD; ``+inf`` ignores a column),
 with ``r = sqrt(sum_d ((a_d - b_d) / sigma_d)^2)``:
 
@@ -51,6 +62,7 @@ __all__ = [
     "cholesky",
     "kernel_ridge_factor",
     "cholesky_solve",
+    "RidgeArmCore",
     "ridge_contract",
     "ridge_weights",
     "n_features",
@@ -175,7 +187,9 @@ def _call(fn, *args, **kwargs):
             f"{exc}. The matrix could not be factorised even after adding jitter; "
             "increase the ridge penalty or check the data for duplicated rows."
         ) from None
-    except ValueError as exc:
+    except _core.ShapeError as exc:  # shapes that do not fit together: a problem of the data
+        raise DataError(str(exc)) from None
+    except ValueError as exc:  # names, bandwidths, penalties, thread counts
         raise ParameterError(str(exc)) from None
 
 
@@ -329,46 +343,11 @@ def cholesky_solve(L, B, n_threads: int = 0) -> np.ndarray:
     return X.reshape(B_in.shape) if B_in.ndim == 1 else X
 
 
-def _ridge_inputs(ctx, L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval):
-    L_V = _factor(L_V, "L_V")
-    n = L_V.shape[0]
-    V1 = _matrix(V1, "V1")
-    _rows(V1, n, "V1", "L_V")
-    V_eval = _matrix(V_eval, "V_eval")
-    if V_eval.shape[1] != V1.shape[1]:
-        raise DataError(f"{ctx}: V_eval has {V_eval.shape[1]} columns but V1 has {V1.shape[1]}")
-    _kernel(v_kernel, "v_kernel")
-    v_bw = _bandwidth(v_bandwidth, V1.shape[1], "v_bandwidth")
-    a = _vector(a, "a", n)
-    b = _vector(b, "b", n)
-    _kernel(x_kernel, "x_kernel")
-    L_X0 = _factor(L_X0, "L_X0") if L_X0 is not None else np.zeros((0, 0))
-    m = L_X0.shape[0]
-    use_b = m > 0 and bool(np.any(b != 0))
-    if use_b:
-        X0 = _matrix(X0, "X0")
-        X1 = _matrix(X1, "X1")
-        _rows(X0, m, "X0", "L_X0")
-        _rows(X1, n, "X1", "L_V")
-        _cols(X1, X0.shape[1], "X1", "X0")
-        x_bw = _bandwidth(x_bandwidth, X0.shape[1], "x_bandwidth")
-    else:  # first stage skipped: the arrays are not used
-        X0 = np.zeros((0, 0))
-        X1 = np.zeros((0, 0))
-        x_bw = np.zeros(0)
-    return L_V, V1, v_bw, a, b, X1, L_X0, X0, x_bw, V_eval, use_b
+class RidgeArmCore:
+    r"""A fitted ridge CCME of one cross-fitting fold and one arm, set up once in the compiled core.
 
-
-def ridge_contract(
-    L_V, V1, v_kernel: str, v_bandwidth, a, Y1, b, X1, L_X0, X0, Y0, x_kernel: str, x_bandwidth,
-    V_eval, points, feature: str, y_kernel: str, y_bandwidth,
-    out=None, scale: float = 1.0, n_threads: int = 0, order: str = "auto",
-) -> np.ndarray:
-    r"""Evaluate a fitted ridge CCME (one cross-fitting fold, one arm): ``out += scale * result``.
-
-    Computes, for evaluation points ``v_e`` of the conditioning variables and outcome points
-    ``y_j`` (or features), the paper's density formula, eq. (emp_density) of Section
-    "Inference with Ridge Regression Estimator",
+    Evaluates the paper's density formula, eq. (emp_density) of Section "Inference with Ridge
+    Regression Estimator",
 
     .. math::
 
@@ -381,9 +360,16 @@ def ridge_contract(
     ``K_X0X1 = k_X(X0, X1)``.  The ridge shifts are already folded into ``L_V`` and ``L_X0``
     (see :func:`kernel_ridge_factor`).
 
-    The core works block by block (at most 64 MiB per block) in the cheaper association order:
-    "y" (solve per block of points, then contract with ``k_V``) or "v" (weights per block of
-    ``V_eval``, then contract with the features).
+    The inputs are validated and converted once, here, and the core pre-scales ``V1``, ``X1``
+    and ``X0`` by their bandwidths once; each evaluation then only converts its own
+    ``V_eval`` and points.  Results are bit-identical to :func:`ridge_contract` and
+    :func:`ridge_weights` with the same arguments, for every number of threads.
+
+    The Cholesky factors are *referenced*, not copied (an n × n factor is most of a fit's
+    memory, and one ``L_V`` serves both arms of a fold): when ``L_V`` / ``L_X0`` are already
+    C-ordered float64 arrays the object reads their buffers, so they must not be modified
+    in place afterwards.  The object keeps them alive.  It is immutable and may be used from
+    several threads at once (the core releases the GIL).
 
     Parameters
     ----------
@@ -393,126 +379,275 @@ def ridge_contract(
     v_kernel, v_bandwidth : kernel on V and its bandwidths (dv,)
     a : (n,)
         Weights of the direct term (``D_a``); all zero skips it.
-    Y1 : (n, dy)
     b : (n,)
-        Weights of the first-stage term (``D_b``); all zero (or ``m = 0``) skips it, and then
-        ``X1``, ``L_X0``, ``X0``, ``Y0`` may be empty.
-    X1 : (n, dx)
-    L_X0 : (m, m)
+        Weights of the first-stage term (``D_b``); all zero (or ``L_X0`` empty / None) skips
+        it, and then ``X1``, ``X0``, ``Y0``, ``x_bandwidth`` are not used and may be None.
+    Y1 : (n, dy), optional
+        Second-stage outcomes (the atoms of the direct term).  ``Y1`` and ``Y0`` both None
+        make a weights-only arm: :meth:`weights` and :meth:`beta` work, :meth:`contract`
+        raises ParameterError.
+    X1 : (n, dx), optional
+    L_X0 : (m, m), optional
         Cholesky factor of ``K_X0 + m lambda_0 I`` over the first-stage sample.
-    X0 : (m, dx)
-    Y0 : (m, dy)
-    x_kernel, x_bandwidth : kernel on X and its bandwidths (dx,)
-    V_eval : (ne, dv)
-    points : (q, dy)
-        Outcome points (ignored for "moments").
-    feature : {"density", "cdf", "moments"}
-    y_kernel, y_bandwidth : outcome kernel ("gaussian" or "laplace") and bandwidths (dy,)
-    out : ndarray (ne, q'), optional
-        Accumulated into in place; allocated (zeros) when None.
-    scale : float
-    n_threads : int
-    order : {"auto", "y", "v"}
-        Association order; "auto" chooses by a flop-count estimate.
+    X0 : (m, dx), optional
+    Y0 : (m, dy), optional
+    x_kernel, x_bandwidth : kernel on X and its bandwidths (dx,); ``x_kernel`` is checked
+        whenever given.
+
+    Attributes
+    ----------
+    n, m, dv : int
+        Second-stage units, first-stage units (rows of ``L_X0``), columns of ``V1``.
+    dy : int or None
+        Columns of the outcomes (None for a weights-only arm).
+    uses_a, uses_b : bool
+        Whether the direct and the first-stage terms are present.
+
+    Raises
+    ------
+    DataError
+        Non-finite data, or shapes that do not fit together.
+    ParameterError
+        Unknown kernels, bad bandwidths.
+    """
+
+    __slots__ = ("_arm", "_L_V", "_L_X0", "n", "m", "dv", "dy", "uses_a", "uses_b")
+
+    def __init__(self, *, L_V, V1, v_kernel: str, v_bandwidth, a, b, Y1=None, X1=None, L_X0=None, X0=None,
+                 Y0=None, x_kernel: str | None = None, x_bandwidth=None):
+        L_V = _factor(L_V, "L_V")
+        n = L_V.shape[0]
+        V1 = _matrix(V1, "V1")
+        _rows(V1, n, "V1", "L_V")
+        _kernel(v_kernel, "v_kernel")
+        v_bw = _bandwidth(v_bandwidth, V1.shape[1], "v_bandwidth")
+        a = _vector(a, "a", n)
+        b = _vector(b, "b", n)
+        if x_kernel is not None:
+            _kernel(x_kernel, "x_kernel")
+        L_X0 = _factor(L_X0, "L_X0") if L_X0 is not None else np.zeros((0, 0))
+        m = L_X0.shape[0]
+        use_a = bool(np.any(a != 0))
+        use_b = m > 0 and bool(np.any(b != 0))
+        if use_b:
+            if X1 is None or X0 is None or x_kernel is None or x_bandwidth is None:
+                raise DataError("X1, X0, x_kernel and x_bandwidth are required when b is not all zero and L_X0 has rows")
+            X0 = _matrix(X0, "X0")
+            X1 = _matrix(X1, "X1")
+            _rows(X0, m, "X0", "L_X0")
+            _rows(X1, n, "X1", "L_V")
+            _cols(X1, X0.shape[1], "X1", "X0")
+            x_bw = _bandwidth(x_bandwidth, X0.shape[1], "x_bandwidth")
+        else:  # first stage skipped: the arrays are not used
+            X0 = np.zeros((0, 0))
+            X1 = np.zeros((0, 0))
+            x_bw = np.zeros(0)
+            x_kernel = x_kernel or "gaussian"
+        if Y1 is None and Y0 is None:  # weights only: no atoms, dy unknown
+            dy = None
+            Y1 = np.zeros((n if use_a else 0, 0))
+            Y0 = np.zeros((m if use_b else 0, 0))
+        else:
+            Y1 = _matrix(Y1, "Y1") if Y1 is not None else None
+            if use_a:
+                if Y1 is None:
+                    raise DataError("Y1 is required when a is not all zero")
+                _rows(Y1, n, "Y1", "L_V")
+                dy = Y1.shape[1]
+            elif use_b:
+                if Y0 is None:
+                    raise DataError("Y0 is required when b is not all zero and L_X0 has rows")
+                dy = _matrix(Y0, "Y0").shape[1]
+            else:
+                dy = Y1.shape[1] if Y1 is not None else _matrix(Y0, "Y0").shape[1]
+            if use_b:
+                Y0 = _matrix(Y0, "Y0")
+                _rows(Y0, m, "Y0", "L_X0")
+                _cols(Y0, dy, "Y0", "Y1")
+            else:
+                Y0 = np.zeros((0, dy))
+            if not use_a:
+                Y1 = np.zeros((0, dy))
+        # The core reads L_V and L_X0 in place (noconvert); holding them here documents that
+        # (the binding's keep_alive holds them too).
+        self._L_V, self._L_X0 = L_V, L_X0
+        self._arm = _call(
+            _core.RidgeArm, L_V=L_V, V1=V1, v_kernel=v_kernel, v_bandwidth=v_bw, a=a, Y1=Y1, b=b, X1=X1,
+            L_X0=L_X0, X0=X0, Y0=Y0, x_kernel=x_kernel, x_bandwidth=x_bw,
+        )
+        self.n, self.m, self.dv, self.dy = n, m, V1.shape[1], dy
+        self.uses_a, self.uses_b = use_a, use_b
+
+    def __repr__(self) -> str:
+        terms = [t for t, used in (("direct", self.uses_a), ("first stage", self.uses_b)) if used]
+        return (f"<ccme._backend.RidgeArmCore: n={self.n}, m={self.m}, dv={self.dv}, dy={self.dy}, "
+                f"terms: {', '.join(terms) or 'none'}>")
+
+    def _v_eval(self, V_eval, ctx: str) -> np.ndarray:
+        V_eval = _matrix(V_eval, "V_eval")
+        if V_eval.shape[1] != self.dv:
+            raise DataError(f"{ctx}: V_eval has {V_eval.shape[1]} columns but V1 has {self.dv}")
+        return V_eval
+
+    def contract(self, V_eval, points, feature: str, y_kernel: str, y_bandwidth, out=None, scale: float = 1.0,
+                 n_threads: int = 0, order: str = "auto") -> np.ndarray:
+        """``out += scale * result`` at the evaluation points ``V_eval`` and outcome ``points``.
+
+        The core works block by block (at most 64 MiB per block) in the cheaper association
+        order: "y" (solve per block of points, then contract with ``k_V``) or "v" (weights per
+        block of ``V_eval``, then contract with the features).
+
+        Parameters
+        ----------
+        V_eval : (ne, dv)
+        points : (q, dy)
+            Outcome points (ignored for "moments"; may be None there).
+        feature : {"density", "cdf", "moments"}
+        y_kernel, y_bandwidth : outcome kernel ("gaussian" or "laplace") and bandwidths (dy,)
+        out : ndarray (ne, q'), optional
+            Accumulated into in place (through a temporary when it is not a writeable,
+            C-ordered float64 array); allocated (zeros) when None.
+        scale : float
+        n_threads : int
+        order : {"auto", "y", "v"}
+            Association order; "auto" chooses by a flop-count estimate.
+
+        Returns
+        -------
+        out : ndarray (ne, q')
+            ``q' = len(points)``, or ``1 + 2 dy`` for "moments".
+        """
+        if self.dy is None:
+            raise ParameterError("this RidgeArmCore was made without outcomes (Y1, Y0): contract needs them")
+        return self._contract("contract", V_eval, points, feature, y_kernel, y_bandwidth, out, scale, n_threads,
+                              order)
+
+    def _contract(self, ctx, V_eval, points, feature, y_kernel, y_bandwidth, out, scale, n_threads, order):
+        V_eval = self._v_eval(V_eval, ctx)
+        dy = self.dy
+        if feature == "moments":
+            points = np.zeros((0, dy)) if points is None else _matrix(points, "points")
+            if points.shape[0] == 0:
+                points = np.zeros((0, dy))
+            else:
+                _cols(points, dy, "points", "Y1")
+            y_bw = np.ones(dy)
+            y_kernel = "gaussian"
+        else:
+            points = _matrix(points, "points")
+            _cols(points, dy, "points", "Y1")
+        _feature(feature, y_kernel, dy)
+        if feature != "moments":
+            y_bw = _bandwidth(y_bandwidth, dy, "y_bandwidth", finite=True)
+        if order not in ("auto", "y", "v"):
+            raise ParameterError(f"order must be 'auto', 'y' or 'v', got {order!r}")
+        shape = (V_eval.shape[0], n_features(feature, dy, points.shape[0]))
+        scale = _scalar(scale, "scale")
+        if out is None:
+            target = np.zeros(shape)
+        else:
+            if not isinstance(out, np.ndarray) or out.shape != shape:
+                raise DataError(
+                    f"out must be an ndarray of shape {shape} (len(V_eval), n_features), "
+                    f"got {getattr(out, 'shape', type(out).__name__)}"
+                )
+            direct = out.dtype == np.float64 and out.flags.c_contiguous and out.flags.writeable
+            target = out if direct else np.zeros(shape)
+        _call(
+            self._arm.contract, V_eval=V_eval, points=points, feature=feature, y_kernel=y_kernel,
+            y_bandwidth=y_bw, out=target, scale=scale, n_threads=_threads(n_threads), order=order,
+        )
+        if out is not None and target is not out:
+            out += target
+            return out
+        return target
+
+    def weights(self, V_eval, n_threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        r"""Embedding weights on the atoms ``Y1`` and ``Y0`` at the evaluation points.
+
+        ``c1 = a o beta`` and ``c0 = (L_X0 L_X0^T)^{-1} K_X0X1 (b o beta)`` with
+        ``beta = (L_V L_V^T)^{-1} k_V(V1, V_eval)``: the estimated embedding at ``v_e`` is
+        ``sum_i c1[i, e] k(Y1_i, .) + sum_l c0[l, e] k(Y0_l, .)`` (eq. emp_density of the paper,
+        before applying the outcome features).  Meant for a small number of evaluation points
+        (the outputs are (n + m) x ne).
+
+        Returns
+        -------
+        c1 : ndarray (n, ne)
+            Zero when ``a`` is all zero.
+        c0 : ndarray (m, ne)
+            Zero when the first stage is skipped.
+        """
+        V_eval = self._v_eval(V_eval, "weights")
+        c1, c0 = _call(self._arm.weights, V_eval=V_eval, n_threads=_threads(n_threads))
+        return c1, c0
+
+    def beta(self, V_eval, n_threads: int = 0) -> np.ndarray:
+        r"""The second stage's smoother ``beta = (K_V + n lambda_1 I)^{-1} k_V(V1, V_eval)``, shape (n, ne).
+
+        Independent of ``a`` and ``b``; equal bit for bit to :meth:`weights`' ``c1`` of the same
+        arm with ``a = 1`` and no first stage (what the multiplier bootstrap needs).
+        """
+        V_eval = self._v_eval(V_eval, "beta")
+        return _call(self._arm.beta, V_eval=V_eval, n_threads=_threads(n_threads))
+
+
+def ridge_contract(
+    L_V, V1, v_kernel: str, v_bandwidth, a, Y1, b, X1, L_X0, X0, Y0, x_kernel: str, x_bandwidth,
+    V_eval, points, feature: str, y_kernel: str, y_bandwidth,
+    out=None, scale: float = 1.0, n_threads: int = 0, order: str = "auto",
+) -> np.ndarray:
+    """Evaluate a fitted ridge CCME (one fold, one arm) in one call: ``out += scale * result``.
+
+    Equivalent to ``RidgeArmCore(L_V=L_V, ..., x_bandwidth=x_bandwidth).contract(V_eval, points,
+    feature, y_kernel, y_bandwidth, out, scale, n_threads, order)`` (bit for bit), which it
+    does; a caller that evaluates one fold-arm repeatedly should keep a :class:`RidgeArmCore`
+    instead, which validates and pre-scales the fold's data once.  Arguments and formula as in
+    :class:`RidgeArmCore`; ``Y1`` may be None when ``a`` is all zero.
 
     Returns
     -------
     out : ndarray (ne, q')
     """
-    L_V, V1, v_bw, a, b, X1, L_X0, X0, x_bw, V_eval, use_b = _ridge_inputs(
-        "ridge_contract", L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval
-    )
-    n = L_V.shape[0]
-    use_a = bool(np.any(a != 0))
-    Y1 = _matrix(Y1, "Y1") if Y1 is not None else None
-    Y0 = _matrix(Y0, "Y0") if use_b else None
-    if use_a:
-        if Y1 is None:
-            raise DataError("Y1 is required when a is not all zero")
-        _rows(Y1, n, "Y1", "L_V")
-        dy = Y1.shape[1]
-    elif use_b:
-        dy = Y0.shape[1]
-    elif Y1 is not None:
-        dy = Y1.shape[1]
-    else:
+    _check_v_eval("ridge_contract", V1, V_eval)
+    if Y1 is None and not np.any(np.asarray(a) != 0):
+        # dy then comes from Y0 (when the first stage is used) or from the points.
         dy = _matrix(points, "points").shape[1] if points is not None else 1
-    if use_b:
-        _rows(Y0, L_X0.shape[0], "Y0", "L_X0")
-        _cols(Y0, dy, "Y0", "Y1")
-    else:
-        Y0 = np.zeros((0, dy))
-    if not use_a:
         Y1 = np.zeros((0, dy))
-    if feature == "moments":
-        points = np.zeros((0, dy)) if points is None else _matrix(points, "points")
-        if points.shape[0] == 0:
-            points = np.zeros((0, dy))
-        else:
-            _cols(points, dy, "points", "Y1")
-        y_bw = np.ones(dy)
-        y_kernel = "gaussian"
-    else:
-        points = _matrix(points, "points")
-        _cols(points, dy, "points", "Y1")
-    _feature(feature, y_kernel, dy)
-    if feature != "moments":
-        y_bw = _bandwidth(y_bandwidth, dy, "y_bandwidth", finite=True)
-    if order not in ("auto", "y", "v"):
-        raise ParameterError(f"order must be 'auto', 'y' or 'v', got {order!r}")
-    shape = (V_eval.shape[0], n_features(feature, dy, points.shape[0]))
-    scale = _scalar(scale, "scale")
-    if out is None:
-        target = np.zeros(shape)
-    else:
-        if not isinstance(out, np.ndarray) or out.shape != shape:
-            raise DataError(
-                f"out must be an ndarray of shape {shape} (len(V_eval), n_features), "
-                f"got {getattr(out, 'shape', type(out).__name__)}"
-            )
-        direct = out.dtype == np.float64 and out.flags.c_contiguous and out.flags.writeable
-        target = out if direct else np.zeros(shape)
-    _call(
-        _core.ridge_contract,
-        L_V=L_V, V1=V1, v_kernel=v_kernel, v_bandwidth=v_bw, a=a, Y1=Y1, b=b, X1=X1,
-        L_X0=L_X0, X0=X0, Y0=Y0, x_kernel=x_kernel, x_bandwidth=x_bw, V_eval=V_eval,
-        points=points, feature=feature, y_kernel=y_kernel, y_bandwidth=y_bw, out=target,
-        scale=scale, n_threads=_threads(n_threads), order=order,
-    )
-    if out is not None and target is not out:
-        out += target
-        return out
-    return target
+    arm = RidgeArmCore(L_V=L_V, V1=V1, v_kernel=v_kernel, v_bandwidth=v_bandwidth, a=a, Y1=Y1, b=b, X1=X1,
+                       L_X0=L_X0, X0=X0, Y0=Y0, x_kernel=x_kernel, x_bandwidth=x_bandwidth)
+    if arm.dy is None:  # Y1 and Y0 both None with a != 0
+        raise DataError("Y1 is required when a is not all zero")
+    return arm._contract("ridge_contract", V_eval, points, feature, y_kernel, y_bandwidth, out, scale, n_threads,
+                         order)
 
 
 def ridge_weights(
     L_V, V1, v_kernel: str, v_bandwidth, a, b, X1, L_X0, X0, x_kernel: str, x_bandwidth, V_eval,
     n_threads: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    r"""Embedding weights of a fitted ridge CCME on its atoms ``Y1`` and ``Y0``.
+    """Embedding weights of a fitted ridge CCME on its atoms ``Y1`` and ``Y0``, in one call.
 
-    ``c1 = a o beta`` and ``c0 = (L_X0 L_X0^T)^{-1} K_X0X1 (b o beta)`` with
-    ``beta = (L_V L_V^T)^{-1} k_V(V1, V_eval)``: the estimated embedding at ``v_e`` is
-    ``sum_i c1[i, e] k(Y1_i, .) + sum_l c0[l, e] k(Y0_l, .)`` (eq. emp_density of the paper,
-    before applying the outcome features).  Meant for a small number of evaluation points
-    (the outputs are (n + m) x ne).  Arguments as in :func:`ridge_contract`.
+    Equivalent to ``RidgeArmCore(...).weights(V_eval, n_threads)`` (bit for bit), which it does;
+    see :meth:`RidgeArmCore.weights`.
 
     Returns
     -------
     c1 : ndarray (n, ne)
-        Zero when ``a`` is all zero.
     c0 : ndarray (m, ne)
-        ``m = len(L_X0)``; zero when ``b`` is all zero.
+        ``m = len(L_X0)``.
     """
-    L_V, V1, v_bw, a, b, X1, L_X0, X0, x_bw, V_eval, _ = _ridge_inputs(
-        "ridge_weights", L_V, V1, v_kernel, v_bandwidth, a, b, X1, L_X0, X0, x_kernel, x_bandwidth, V_eval
-    )
-    c1, c0 = _call(
-        _core.ridge_weights,
-        L_V=L_V, V1=V1, v_kernel=v_kernel, v_bandwidth=v_bw, a=a, b=b, X1=X1, L_X0=L_X0, X0=X0,
-        x_kernel=x_kernel, x_bandwidth=x_bw, V_eval=V_eval, n_threads=_threads(n_threads),
-    )
-    return c1, c0
+    _check_v_eval("ridge_weights", V1, V_eval)
+    arm = RidgeArmCore(L_V=L_V, V1=V1, v_kernel=v_kernel, v_bandwidth=v_bandwidth, a=a, b=b, X1=X1, L_X0=L_X0,
+                       X0=X0, x_kernel=x_kernel, x_bandwidth=x_bandwidth)
+    return arm.weights(V_eval, n_threads)
+
+
+def _check_v_eval(ctx: str, V1, V_eval) -> None:
+    """The one-call functions name themselves in a V_eval mismatch, as they always have."""
+    d1, de = _matrix(V1, "V1").shape[1], _matrix(V_eval, "V_eval").shape[1]
+    if de != d1:
+        raise DataError(f"{ctx}: V_eval has {de} columns but V1 has {d1}")
 
 
 def pivoted_cholesky(X, kernel: str, bandwidth, tol: float, max_rank: int, n_threads: int = 0):

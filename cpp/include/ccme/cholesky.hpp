@@ -15,6 +15,7 @@
 // lower triangle of A is read; the upper triangle of the factor is zero.
 #pragma once
 
+#include "ccme/errors.hpp"
 #include "ccme/kernels.hpp"
 #include "ccme/parallel.hpp"
 
@@ -24,10 +25,6 @@
 #include <utility>
 
 namespace ccme {
-
-struct CholeskyError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
 
 constexpr double kJitterFactors[] = {1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4};
 
@@ -133,7 +130,7 @@ double factor_with_jitter(MatrixRM& L, Fill&& fill, double shift, int nt, const 
 
 inline void check_square(const CRef& A, const std::string& ctx, const std::string& name) {
     if (A.rows() != A.cols())
-        throw std::invalid_argument(ctx + ": " + name + " must be square, got shape " +
+        throw ShapeError(ctx + ": " + name + " must be square, got shape " +
                                     shape_str(A.rows(), A.cols()));
 }
 
@@ -218,7 +215,7 @@ inline MatrixRM cholesky_solve(const CRef& L, const CRef& B, int n_threads) {
     const std::string ctx = "cholesky_solve";
     check_square(L, ctx, "L");
     if (B.rows() != L.rows())
-        throw std::invalid_argument(ctx + ": B has " + std::to_string(B.rows()) +
+        throw ShapeError(ctx + ": B has " + std::to_string(B.rows()) +
                                     " rows but L has shape " + shape_str(L.rows(), L.cols()));
     const int nt = resolve_threads(n_threads);
     MatrixRM X = B;

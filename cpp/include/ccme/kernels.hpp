@@ -214,7 +214,7 @@ inline MatrixRM gram(const CRef& A, const CRef& B, const std::string& kernel,
                      const CVRef& bandwidth, bool normalized, int n_threads) {
     const std::string ctx = "gram";
     if (A.cols() != B.cols())
-        throw std::invalid_argument(ctx + ": A has " + std::to_string(A.cols()) +
+        throw ShapeError(ctx + ": A has " + std::to_string(A.cols()) +
                                     " columns but B has " + std::to_string(B.cols()));
     const int nt = resolve_threads(n_threads);
     KernelSpec ks = make_kernel(kernel, bandwidth, A.cols(), normalized, ctx);
@@ -327,13 +327,13 @@ inline FeatureMap make_feature_map(const std::string& feature, const std::string
     fm.dy = dy;
     if (fm.kind == FeatureKind::Moments) {
         if (points.rows() > 0 && points.cols() != dy)
-            throw std::invalid_argument(ctx + ": points have " + std::to_string(points.cols()) +
+            throw ShapeError(ctx + ": points have " + std::to_string(points.cols()) +
                                         " columns but the atoms have " + std::to_string(dy));
         fm.q = 0;
         return fm;
     }
     if (points.cols() != dy)
-        throw std::invalid_argument(ctx + ": points have " + std::to_string(points.cols()) +
+        throw ShapeError(ctx + ": points have " + std::to_string(points.cols()) +
                                     " columns but the atoms have " + std::to_string(dy));
     KernelKind kk = parse_kernel(kernel, ctx);
     if (kk != KernelKind::Gaussian && kk != KernelKind::Laplace)

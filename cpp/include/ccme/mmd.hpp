@@ -37,7 +37,7 @@ inline Eigen::VectorXd kernel_quadratic_forms(const CRef& Z, const CRef& W,
     const std::string ctx = "kernel_quadratic_forms";
     const Index N = Z.rows(), ne = W.cols();
     if (W.rows() != N)
-        throw std::invalid_argument(ctx + ": W has " + std::to_string(W.rows()) +
+        throw ShapeError(ctx + ": W has " + std::to_string(W.rows()) +
                                     " rows but Z has " + std::to_string(N) + " (one weight per atom)");
     const int nt = resolve_threads(n_threads);
     KernelSpec ks = make_kernel(kernel, bandwidth, Z.cols(), normalized, ctx);

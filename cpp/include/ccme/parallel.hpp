@@ -13,6 +13,8 @@
 
 #include <Eigen/Dense>
 
+#include "ccme/errors.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <exception>

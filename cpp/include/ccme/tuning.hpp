@@ -148,10 +148,10 @@ inline LooPath krr_loo_path(const CRef& Q, const CVRef& s2, const CRef& Z, const
     const std::string ctx = "krr_loo_path";
     const Index n = Q.rows(), k = Q.cols(), q = Z.cols();
     if (Z.rows() != n)
-        throw std::invalid_argument(ctx + ": Z has " + std::to_string(Z.rows()) +
+        throw ShapeError(ctx + ": Z has " + std::to_string(Z.rows()) +
                                     " rows but Q has " + std::to_string(n));
     if (s2.size() != k)
-        throw std::invalid_argument(ctx + ": s2 has length " + std::to_string(s2.size()) +
+        throw ShapeError(ctx + ": s2 has length " + std::to_string(s2.size()) +
                                     " but Q has " + std::to_string(k) + " columns");
     for (Index a = 0; a < k; ++a)
         if (!(s2[a] >= 0.0)) throw std::invalid_argument(ctx + ": s2 must be >= 0");
