@@ -38,7 +38,7 @@ def _fit_density(data, newdata, grid, backend):
             warnings.simplefilter("ignore")
             # The core's cost: fixed hyperparameters (tuning is timed by tuning_acceptance.py).
             res = ccme.fit(FORMULA, data, seed=1, propensity="logistic", tune="none")
-        return res.density(grid, newdata, arm=1)
+        return res.density(grid, newdata=newdata, arm=1)
     finally:
         ridge_module._backend = ccme._backend
 

@@ -9,7 +9,7 @@ with ξ̂_i = a_i φ(Y_1i) + b_i μ̂₀(X_1i) and the coefficients (a, b) of th
 mode from :mod:`ccme.pseudo` (eq. emp_density with D_ω → diag(a) and
 D_{1−ω} → diag(b)).  The fitted fold-arm keeps the Cholesky factors of
 K_V + nλ₁I and K_X0 + mλ₀I; evaluations go through the compiled core block
-by block (:func:`ccme._backend.ridge_contract`).  Its second stage is a
+by block (:class:`ccme._backend.RidgeArmCore`, built once per fold-arm).  Its second stage is a
 linear smoother, so it implements
 :class:`ccme.estimators.base.LinearSecondStage` for the bootstrap.
 """
@@ -87,6 +87,15 @@ class RidgeFoldArm(FoldArm, LinearSecondStage):
     shift: float
     jitter: dict = field(default_factory=dict)
     atom_units: np.ndarray | None = None
+    #: The compiled fold-arm (inputs checked and prescaled once; the factors are referenced, not copied).
+    _core: object = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_core", _backend.RidgeArmCore(
+            L_V=self.L_V, V1=self.V1, v_kernel=self.v_kernel.name, v_bandwidth=self.v_kernel.bandwidth_array,
+            a=self.pseudo.a, b=self.pseudo.b, Y1=self.Y1, X1=self.X1, L_X0=self.L_X0, X0=self.X0, Y0=self.Y0,
+            x_kernel=self.x_kernel.name, x_bandwidth=self.x_kernel.bandwidth_array,
+        ))
 
     @property
     def a(self) -> np.ndarray:
@@ -151,36 +160,18 @@ class RidgeFoldArm(FoldArm, LinearSecondStage):
 
     def contract(self, V_eval, points, feature, y_kernel: Kernel, out, scale: float, n_threads: int = 0):
         """``out += scale × Σ_k c_k(v) F(y_k, point)`` by eq. (emp_density), in the compiled core."""
-        _backend.ridge_contract(
-            L_V=self.L_V, V1=self.V1, v_kernel=self.v_kernel.name, v_bandwidth=self.v_kernel.bandwidth_array,
-            a=self.a, Y1=self.Y1,
-            b=self.b, X1=self.X1, L_X0=self.L_X0, X0=self.X0, Y0=self.Y0,
-            x_kernel=self.x_kernel.name, x_bandwidth=self.x_kernel.bandwidth_array,
-            V_eval=V_eval, points=points, feature=feature,
-            y_kernel=y_kernel.name, y_bandwidth=y_kernel.bandwidth_array,
-            out=out, scale=scale, n_threads=n_threads,
-        )
+        self._core.contract(V_eval, points, feature, y_kernel.name, y_kernel.bandwidth_array, out=out, scale=scale,
+                            n_threads=n_threads)
 
     def weights(self, V_eval, n_threads: int = 0):
         """Atoms (Y1 then Y0) and their weights c(v), shape (n_atoms, n_eval)."""
-        c1, c0 = _backend.ridge_weights(
-            L_V=self.L_V, V1=self.V1, v_kernel=self.v_kernel.name, v_bandwidth=self.v_kernel.bandwidth_array,
-            a=self.a, b=self.b, X1=self.X1, L_X0=self.L_X0, X0=self.X0,
-            x_kernel=self.x_kernel.name, x_bandwidth=self.x_kernel.bandwidth_array,
-            V_eval=V_eval, n_threads=n_threads,
-        )
+        c1, c0 = self._core.weights(V_eval, n_threads)
         return self.atoms, np.vstack([c1, c0])
 
     # -- the linear second stage (ccme.bootstrap) ---------------------------
     def beta(self, V_eval, n_threads: int = 0) -> np.ndarray:
         """β(v) = (K_V + sI)⁻¹ k_V(V1, v), shape (n_units, n_eval)."""
-        n = self.V1.shape[0]
-        beta, _ = _backend.ridge_weights(
-            L_V=self.L_V, V1=self.V1, v_kernel=self.v_kernel.name, v_bandwidth=self.v_kernel.bandwidth_array,
-            a=np.ones(n), b=np.zeros(n), X1=self.X1, L_X0=_EMPTY, X0=self.X0, x_kernel=self.x_kernel.name,
-            x_bandwidth=self.x_kernel.bandwidth_array, V_eval=V_eval, n_threads=n_threads,
-        )
-        return beta
+        return self._core.beta(V_eval, n_threads)
 
     def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
         """P_i(y) = a_i F(Y1_i, y) + b_i ⟨μ̂₀(X1_i), F(·, y)⟩ (:meth:`ccme.pseudo.PseudoOutcome.features`)."""
