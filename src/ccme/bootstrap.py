@@ -169,8 +169,23 @@ class Bands:
                 f"x {len(self.y)} y-points, {self.n_boot} bootstrap draws; covers {self.target}>")
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table, one row per (profile, y): ``estimate``, ``std_error``, ``conf_low``/``conf_high``
-        (pointwise) and ``conf_low_simultaneous``/``conf_high_simultaneous``."""
+        """The bands as a long table, one row per (profile, y).
+
+        Returns
+        -------
+        DataFrame
+            Columns ``profile``, ``y``, ``estimate``, ``std_error``,
+            ``conf_low``/``conf_high`` (pointwise) and
+            ``conf_low_simultaneous``/``conf_high_simultaneous``; n_v × G rows.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> b = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, arm=1, y=[0.0, 5.0, 10.0], n_boot=99)
+        >>> b.to_frame().shape
+        (6, 8)
+        """
         n, G = self.estimate.shape
         return pd.DataFrame({
             "profile": np.repeat(self.index, G), "y": np.tile(self.y, n), "estimate": self.estimate.ravel(),
@@ -254,7 +269,21 @@ class EffectTest:
         )
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table: one row per V-point and a last row ``profile="global"``; ``statistic``, ``p_value``."""
+        """The test as a long table: one row per V-point and a last row ``profile="global"``.
+
+        Returns
+        -------
+        DataFrame
+            Columns ``profile``, ``statistic`` and ``p_value``.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> test = res.test_effect(newdata=ccme.datasets.PAPER_PROFILES, n_boot=99)
+        >>> test.to_frame()["profile"].tolist()
+        ['v1', 'v2', 'global']
+        """
         rows = self.table.reset_index()
         rows["profile"] = rows["profile"].astype(object)
         glob = pd.DataFrame({"profile": ["global"], "statistic": [self.statistic], "p_value": [self.p_value]})
@@ -345,7 +374,7 @@ def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: flo
 
     Each draw perturbs both arms' raw CDFs and masses by the multiplier
     bootstrap (the same multipliers for a unit in both arms), normalises them
-    as :meth:`ccme.embedding.ArmEmbedding.cdf` does (divided by the mass,
+    as :meth:`ccme.Embedding.cdf` does (divided by the mass,
     clipped, running maximum) and inverts them on ``grid``; the band is QTE ± the ``level``
     quantile of |QTE* − QTE| (a symmetric basic bootstrap band).
 

@@ -165,13 +165,27 @@ class Embedding:
     def with_readout(self, y_kernel: Kernel) -> "Embedding":
         """The same embedding read out with another outcome kernel (the fitted weights are shared).
 
+        Densities, CDFs, moments, quantiles, modes and samples use the new kernel;
+        :meth:`mmd` stays in the RKHS the estimator was fitted in.
+
         Parameters
         ----------
         y_kernel : Kernel
+            The new read-out kernel (:class:`ccme.kernels.Kernel`, one bandwidth per
+            outcome dimension).
 
         Returns
         -------
         Embedding
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> wide = emb.with_readout(ccme.kernels.Kernel("gaussian", (5.0,)))
+        >>> wide.y_kernel.bandwidth, wide.density([0.0, 1.0], v=ccme.datasets.PAPER_PROFILES).shape
+        ((5.0,), (2, 2))
         """
         return Embedding(self._parts, y_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range,
                          encode=self._encode, arm=self._arm, n_threads=self._n_threads)
@@ -220,10 +234,26 @@ class Embedding:
         Parameters
         ----------
         size : int, default 2001
+            Number of grid points.
 
         Returns
         -------
         ndarray (size,)
+
+        Raises
+        ------
+        DataError
+            A multivariate outcome.
+        ParameterError
+            An embedding built without the outcomes' range.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.default_grid().shape
+        (2001,)
         """
         self._require_1d("a default grid")
         if self._range is None:
@@ -234,12 +264,38 @@ class Embedding:
     def contract(self, v, points, feature: str) -> np.ndarray:
         """Σ over folds of (1/K) Σ_k c_k(v) F(y_k, point), shape (n_v, n_features).
 
+        The primitive every functional is written with.
+
         Parameters
         ----------
         v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
         points : ndarray (G, d_y)
+            Outcome points (ignored, but with d_y columns, for ``"moments"``).
         feature : {"density", "cdf", "moments"}
             F is the normalised kernel, its CDF, or (1, y, y²) ("moments", 1 + 2 d_y columns).
+
+        Returns
+        -------
+        ndarray (n_v, G), or (n_v, 1 + 2 d_y) for ``"moments"``
+            Raw: neither clipped nor rescaled to unit mass.
+
+        Raises
+        ------
+        ParameterError
+            An unknown ``feature``, or ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> import numpy as np
+        >>> emb.contract(ccme.datasets.PAPER_PROFILES, np.array([[0.0], [1.0]]), "density").shape
+        (2, 2)
         """
         V = self._v(v)
         n_features = 1 + 2 * self.d_y if feature == "moments" else len(points)
@@ -256,11 +312,31 @@ class Embedding:
         Parameters
         ----------
         v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
 
         Returns
         -------
         atoms : ndarray (N, d_y)
+            The outcome atoms y_k of every fold.
         weights : ndarray (N, n_v)
+            Their weights c_k(v) at each V-point.
+
+        Raises
+        ------
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> atoms, weights = emb.weights(ccme.datasets.PAPER_PROFILES)
+        >>> atoms.shape[1], weights.shape[1], len(atoms) == len(weights)
+        (1, 2, True)
         """
         V = self._v(v)
         parts = self.parts
@@ -274,8 +350,10 @@ class Embedding:
         Parameters
         ----------
         y : array (G,) or (G, d_y)
-            With ``normalize=True`` and d_y = 1 an increasing grid.
+            Outcome values; with ``normalize=True`` and d_y = 1 an increasing grid.
         v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
         normalize : bool, default True
             Clip negative values and rescale each row to integrate to one on
             the grid (d_y = 1; for d_y > 1 only the clipping).
@@ -283,11 +361,23 @@ class Embedding:
         Returns
         -------
         ndarray (n_v, G)
+            NaN rows, with a warning, where there is no positive mass to rescale.
 
         Raises
         ------
         DataError
-            ``normalize=True`` with a grid that is not increasing.
+            ``y`` of the wrong shape or not finite, ``normalize=True`` with a grid
+            that is not increasing, or ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.density([0.0, 1.0, 2.0], v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 3)
         """
         y = self._y(y)
         raw = self.contract(v, y, "density")
@@ -314,7 +404,10 @@ class Embedding:
         Parameters
         ----------
         y : array (G,) or (G, d_y)
+            Outcome values.
         v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
         normalize : bool, default True
             Rescale to unit mass, clip to [0, 1] and (d_y = 1) take the running
             maximum along increasing y, so the result is a CDF.
@@ -322,6 +415,21 @@ class Embedding:
         Returns
         -------
         ndarray (n_v, G)
+
+        Raises
+        ------
+        DataError
+            ``y`` of the wrong shape or not finite, or ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.cdf([0.0, 5.0], v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 2)
         """
         y = self._y(y)
         V = self._v(v)
@@ -348,7 +456,34 @@ class Embedding:
         return np.where(bad, np.nan, mass), raw
 
     def mass(self, *, v) -> np.ndarray:
-        """Σ_k c_k(v), the estimate's total mass at each V-point (NaN where not positive), shape (n_v,)."""
+        """Σ_k c_k(v), the estimate's total mass at each V-point (NaN where not positive), shape (n_v,).
+
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+
+        Returns
+        -------
+        ndarray (n_v,)
+            NaN, with a warning, where the mass is not positive.
+
+        Raises
+        ------
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.mass(v=ccme.datasets.PAPER_PROFILES).shape
+        (2,)
+        """
         return self._raw_moments(v)[0]
 
     def moments(self, *, v):
@@ -357,6 +492,8 @@ class Embedding:
         Parameters
         ----------
         v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
 
         Returns
         -------
@@ -365,6 +502,27 @@ class Embedding:
             Of the signed measure rescaled to unit mass; the variance includes
             the kernel's own variance s² and is NaN (with a warning) where the
             signed weights make it negative.
+
+        Raises
+        ------
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Warns
+        -----
+        CcmeWarning
+            Where the variance is negative or the mass is not positive (NaN).
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> mass, mean, variance = emb.moments(v=ccme.datasets.PAPER_PROFILES)
+        >>> mass.shape, mean.shape, variance.shape
+        ((2,), (2, 1), (2, 1))
         """
         d = self.d_y
         mass, raw = self._raw_moments(v)
@@ -385,7 +543,34 @@ class Embedding:
         return mass, mean, var
 
     def mean(self, *, v) -> np.ndarray:
-        """E[Y^a | V = v] estimated as Σ_k c_k(v) y_k / Σ_k c_k(v), shape (n_v, d_y)."""
+        """E[Y^a | V = v] estimated as Σ_k c_k(v) y_k / Σ_k c_k(v), shape (n_v, d_y).
+
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+
+        Returns
+        -------
+        ndarray (n_v, d_y)
+            NaN, with a warning, where the mass is not positive.
+
+        Raises
+        ------
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.mean(v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 1)
+        """
         d = self.d_y
         mass, raw = self._raw_moments(v)
         return raw[:, 1 : 1 + d] / mass[:, None]
@@ -404,13 +589,32 @@ class Embedding:
         Parameters
         ----------
         q : float or sequence of floats in (0, 1)
+            Quantile levels.
         v : DataFrame or ndarray (n_v, d_v)
-        grid : ndarray (G,), optional
-            Default :meth:`default_grid` (2001 points).
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+        grid : ndarray (G,) or None, default None
+            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
 
         Returns
         -------
         ndarray (n_v, len(q))
+            Also two-dimensional for a scalar ``q`` (one column).
+
+        Raises
+        ------
+        ParameterError
+            ``q`` outside (0, 1), or ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            A multivariate outcome, or ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.quantile([0.1, 0.5, 0.9], v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 3)
         """
         self._require_1d("the quantile")
         levels = check_levels(q, "q")
@@ -422,13 +626,33 @@ class Embedding:
 
         Parameters
         ----------
-        level : float, default 0.9
+        level : float in (0, 1), default 0.9
+            Probability the interval holds.
         v : DataFrame or ndarray (n_v, d_v)
-        grid : ndarray, optional
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+        grid : ndarray (G,) or None, default None
+            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
 
         Returns
         -------
         ndarray (n_v, 2)
+            Lower and upper ends.
+
+        Raises
+        ------
+        ParameterError
+            ``level`` outside (0, 1), or ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            A multivariate outcome, or ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.interval(0.8, v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 2)
         """
         if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
             raise ParameterError(f"`level` must be a number in (0, 1); got {level!r}")
@@ -440,6 +664,34 @@ class Embedding:
         With the candidates a fine grid (d_y = 1; the default) this is a grid
         search for the mode of p̂(· | v); with observed outcomes as candidates
         it is the empirical mode of the paper's image experiment.
+
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+        candidates : array (G,) or (G, d_y), or None, default None
+            Outcome points searched; None: :meth:`default_grid` (d_y = 1).
+
+        Returns
+        -------
+        ndarray (n_v, d_y)
+
+        Raises
+        ------
+        DataError
+            ``candidates`` of the wrong shape or not finite, None with a
+            multivariate outcome, or ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.mode(v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 1)
         """
         if candidates is None:
             candidates = self.default_grid()[:, None]
@@ -467,14 +719,34 @@ class Embedding:
         Parameters
         ----------
         size : int
+            Points per V-point (positive).
         v : DataFrame or ndarray (n_v, d_v)
-        seed : int, Generator or None
-        n_candidates : int, optional
-            Default max(2000, 20 size).
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+        seed : int, Generator or None, default None
+            Seed of the candidate points.
+        n_candidates : int or None, default None
+            Number of candidate points; None: max(2000, 20 size).
 
         Returns
         -------
         ndarray (n_v, size, d_y)
+            NaN for a V-point without positive mass.
+
+        Raises
+        ------
+        ParameterError
+            ``size`` not a positive integer, or ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.sample(4, v=ccme.datasets.PAPER_PROFILES, seed=1).shape
+        (2, 4, 1)
         """
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise ParameterError(f"`size` must be a positive integer; got {size!r}")
@@ -510,6 +782,34 @@ class Embedding:
         W = [c; −c'], MMD² = Wᵀ k(Z, Z) W, in the compiled core (tile by tile,
         never forming k(Z, Z)), after merging equal atoms.  The distance
         between the raw embeddings (no rescaling to unit mass).
+
+        Parameters
+        ----------
+        other : Embedding
+            The embedding compared with (e.g. the other arm's), on the same V.
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+
+        Returns
+        -------
+        ndarray (n_v,)
+            Non-negative.
+
+        Raises
+        ------
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.mmd_squared(res.embedding(0), v=ccme.datasets.PAPER_PROFILES).shape
+        (2,)
         """
         V = self._v(v)
         atoms1, c1 = self.weights(V)
@@ -522,7 +822,36 @@ class Embedding:
         return np.maximum(q, 0.0)
 
     def mmd(self, other: "Embedding", *, v) -> np.ndarray:
-        """Maximum mean discrepancy ‖μ̂(v) − μ̂'(v)‖ (the square root of :meth:`mmd_squared`), shape (n_v,)."""
+        """Maximum mean discrepancy ‖μ̂(v) − μ̂'(v)‖ (the square root of :meth:`mmd_squared`), shape (n_v,).
+
+        Parameters
+        ----------
+        other : Embedding
+            The embedding compared with (e.g. the other arm's), on the same V.
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+
+        Returns
+        -------
+        ndarray (n_v,)
+            Non-negative.
+
+        Raises
+        ------
+        ParameterError
+            ``v`` is None, or a DataFrame for an embedding without a formula.
+        DataError
+            ``v`` that cannot be encoded, or an array that is not finite and 2-D.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.mmd(res.embedding(0), v=ccme.datasets.PAPER_PROFILES).shape
+        (2,)
+        """
         return np.sqrt(self.mmd_squared(other, v=v))
 
 

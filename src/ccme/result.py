@@ -144,10 +144,28 @@ class CCMEResult:
     def arm_index(self, arm) -> int:
         """1 or 0 for ``arm`` given as 1/0, a boolean, or one of the treatment column's level labels.
 
+        Parameters
+        ----------
+        arm : 1, 0, bool or a treatment level
+            The arm as the functionals accept it; a level label must have the type
+            of the treatment column's levels.
+
+        Returns
+        -------
+        int
+            1 (treated) or 0 (control).
+
         Raises
         ------
         ParameterError
             For anything else.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.arm_index(True), res.arm_index(0)
+        (1, 0)
         """
         if isinstance(arm, (bool, np.bool_)):
             return int(arm)
@@ -168,10 +186,17 @@ class CCMEResult:
         Parameters
         ----------
         arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
 
         Returns
         -------
         Embedding
+
+        Raises
+        ------
+        ParameterError
+            ``arm`` is not one of the two arms.
 
         Examples
         --------
@@ -183,7 +208,31 @@ class CCMEResult:
         return self.embeddings[self.arm_index(arm)]
 
     def outcome_kernel(self, arm=1):
-        """The (normalised) outcome kernel with which arm ``arm``'s density, CDF and moments are read out."""
+        """The (normalised) outcome kernel with which arm ``arm``'s density, CDF and moments are read out.
+
+        Parameters
+        ----------
+        arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
+
+        Returns
+        -------
+        ccme.kernels.Kernel
+            The kernel's name and bandwidth as used (set, by rule or tuned).
+
+        Raises
+        ------
+        ParameterError
+            ``arm`` is not one of the two arms.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.outcome_kernel(arm=1).name
+        'gaussian'
+        """
         return self.embedding(arm).y_kernel
 
     # -- inputs -------------------------------------------------------------
@@ -212,6 +261,23 @@ class CCMEResult:
 
         Its scale is the wider of the two arms' read-out kernels, so both arms
         are compared on one grid (d_y = 1).
+
+        Parameters
+        ----------
+        size : int, default 2001
+            Number of grid points.
+
+        Returns
+        -------
+        ndarray (size,)
+            Increasing outcome values.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.fine_grid().shape
+        (2001,)
         """
         return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
 
@@ -226,10 +292,12 @@ class CCMEResult:
         ----------
         y : array (G,) or (G, d_y)
             Outcome values; with ``normalize=True`` and d_y = 1 an increasing grid.
-        newdata : DataFrame, optional
-            Rows at which to condition (the columns V is built from); default
-            the training data.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
         normalize : bool, default True
             Clip negative values and rescale each row to integrate to one on
             the grid (d_y = 1; for d_y > 1 only the clipping).
@@ -242,6 +310,8 @@ class CCMEResult:
         ------
         DataError
             ``y`` of the wrong shape or not finite, ``newdata`` that cannot be encoded.
+        ParameterError
+            ``arm`` is not one of the two arms.
 
         Examples
         --------
@@ -258,15 +328,26 @@ class CCMEResult:
         Parameters
         ----------
         y : array (G,) or (G, d_y)
-        newdata : DataFrame, optional
-            Default the training data.
+            Outcome values.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
         normalize : bool, default True
             Rescale to unit mass, clip to [0, 1], make non-decreasing in y (d_y = 1).
 
         Returns
         -------
         ndarray (n_newdata, G)
+
+        Raises
+        ------
+        DataError
+            ``y`` of the wrong shape or not finite, ``newdata`` that cannot be encoded.
+        ParameterError
+            ``arm`` is not one of the two arms.
 
         Examples
         --------
@@ -282,13 +363,30 @@ class CCMEResult:
 
         Parameters
         ----------
-        newdata : DataFrame, optional
-            Default the training data.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
 
         Returns
         -------
         ndarray (n_newdata,) or (n_newdata, d_y)
+
+        Raises
+        ------
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
+        ParameterError
+            ``arm`` is not one of the two arms.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.mean(newdata=ccme.datasets.PAPER_PROFILES, arm=1).shape
+        (2,)
         """
         return self._squeeze(self.embedding(arm).mean(v=self._v(newdata)))
 
@@ -297,20 +395,71 @@ class CCMEResult:
 
         Parameters
         ----------
-        newdata : DataFrame, optional
-            Default the training data.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
 
         Returns
         -------
         ndarray (n_newdata,) or (n_newdata, d_y)
             NaN, with a warning, where the signed weights make it negative.
+
+        Raises
+        ------
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
+        ParameterError
+            ``arm`` is not one of the two arms.
+
+        Warns
+        -----
+        CcmeWarning
+            Where the estimated variance is negative (reported as NaN).
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.var(newdata=ccme.datasets.PAPER_PROFILES, arm=0).shape
+        (2,)
         """
         _, _, var = self.embedding(arm).moments(v=self._v(newdata))
         return self._squeeze(var)
 
     def sd(self, *, newdata=None, arm=1) -> np.ndarray:
-        """Standard deviation of the estimated distribution of Y^a given V = v (the root of :meth:`var`)."""
+        """Standard deviation of the estimated distribution of Y^a given V = v (the root of :meth:`var`).
+
+        Parameters
+        ----------
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
+        arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
+
+        Returns
+        -------
+        ndarray (n_newdata,) or (n_newdata, d_y)
+            NaN, with a warning, where the estimated variance is negative.
+
+        Raises
+        ------
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
+        ParameterError
+            ``arm`` is not one of the two arms.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.sd(newdata=ccme.datasets.PAPER_PROFILES, arm=1).shape
+        (2,)
+        """
         return np.sqrt(self.var(newdata=newdata, arm=arm))
 
     def quantile(self, q, *, newdata=None, arm=1) -> np.ndarray:
@@ -324,13 +473,24 @@ class CCMEResult:
         Parameters
         ----------
         q : float or array of floats in (0, 1)
-        newdata : DataFrame, optional
-            Default the training data.
+            Quantile levels.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
 
         Returns
         -------
         ndarray (n_newdata, len(q)), or (n_newdata,) for a scalar ``q``
+
+        Raises
+        ------
+        ParameterError
+            ``q`` outside (0, 1), or ``arm`` not one of the two arms.
+        DataError
+            A multivariate outcome, or ``newdata`` that cannot be encoded.
 
         Examples
         --------
@@ -346,14 +506,37 @@ class CCMEResult:
         return out[:, 0] if np.ndim(q) == 0 else out
 
     def interval(self, level=0.9, *, newdata=None, arm=1) -> np.ndarray:
-        """Central prediction interval of Y^a | V = v: the (1 ∓ level)/2 quantiles, shape (n_newdata, 2).
+        """Central prediction interval of Y^a | V = v: the (1 ∓ level)/2 quantiles (d_y = 1).
 
         Parameters
         ----------
         level : float in (0, 1), default 0.9
-        newdata : DataFrame, optional
-            Default the training data.
+            Probability the interval holds.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
+
+        Returns
+        -------
+        ndarray (n_newdata, 2)
+            Lower and upper ends (see :meth:`quantile`).
+
+        Raises
+        ------
+        ParameterError
+            ``level`` outside (0, 1), or ``arm`` not one of the two arms.
+        DataError
+            A multivariate outcome, or ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.interval(0.8, newdata=ccme.datasets.PAPER_PROFILES, arm=0).shape
+        (2, 2)
         """
         if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
             raise ParameterError(f"`level` must be a number in (0, 1); got {level!r}")
@@ -364,16 +547,35 @@ class CCMEResult:
 
         Parameters
         ----------
-        newdata : DataFrame, optional
-            Default the training data.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
-        candidates : array, optional
-            Default: for d_y = 1 :meth:`fine_grid`; for d_y > 1 the observed
-            outcomes (the empirical mode of the paper's image experiment).
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
+        candidates : array or None, default None
+            Outcome points searched, (G,) or (G, d_y); None: for d_y = 1
+            :meth:`fine_grid`, for d_y > 1 the observed outcomes (the empirical
+            mode of the paper's image experiment).
 
         Returns
         -------
         ndarray (n_newdata,) or (n_newdata, d_y)
+
+        Raises
+        ------
+        DataError
+            ``candidates`` of the wrong shape or not finite, ``newdata`` that cannot
+            be encoded.
+        ParameterError
+            ``arm`` is not one of the two arms.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.density_mode(newdata=ccme.datasets.PAPER_PROFILES, arm=1).shape
+        (2,)
         """
         if candidates is None:
             candidates = self.fine_grid()[:, None] if self.design.Y.shape[1] == 1 else self.design.Y
@@ -389,15 +591,33 @@ class CCMEResult:
         Parameters
         ----------
         n : int
-        newdata : DataFrame, optional
-            Default the training data.
+            Points per V-point (positive).
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
         arm : 1, 0, bool or a treatment level, default 1
-        seed : int, optional
-            Default the fit's seed.
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
+        seed : int or None, default None
+            Seed of the candidate points; None: the fit's seed.
 
         Returns
         -------
         ndarray (n_newdata, n) for d_y = 1, else (n_newdata, n, d_y)
+
+        Raises
+        ------
+        ParameterError
+            ``n`` not a positive integer, or ``arm`` not one of the two arms.
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.sample(5, newdata=ccme.datasets.PAPER_PROFILES, arm=1, seed=1).shape
+        (2, 5)
         """
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ParameterError(f"`n` must be a positive integer; got {n!r}")
@@ -409,12 +629,25 @@ class CCMEResult:
 
         Parameters
         ----------
-        newdata : DataFrame, optional
-            Default the training data.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
 
         Returns
         -------
         ndarray (n_newdata,)
+
+        Raises
+        ------
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.mmd(newdata=ccme.datasets.PAPER_PROFILES).shape
+        (2,)
         """
         return self.embedding(1).mmd(self.embedding(0), v=self._v(newdata))
 
@@ -426,12 +659,25 @@ class CCMEResult:
         Parameters
         ----------
         quantiles : sequence of float in [0, 1], default (0.25, 0.5, 0.75)
+            Levels at which the numeric columns are taken.
 
         Returns
         -------
         DataFrame
             One row per profile, one column per raw variable of V (see
             :meth:`ccme.formula.Design.profiles`).
+
+        Raises
+        ------
+        DataError
+            A level outside [0, 1].
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> list(res.profiles().index), list(res.profiles().columns)
+        (['q25', 'q50', 'q75'], ['x1'])
         """
         return self.design.profiles(quantiles)
 
@@ -441,13 +687,27 @@ class CCMEResult:
         Parameters
         ----------
         newdata : DataFrame, "profiles" or None, default "profiles"
-            The V-points (None: the training data).
+            The V-points: V at its quartiles (:meth:`profiles`), the rows of a
+            DataFrame with the columns V is built from, or None for the training
+            data's rows.
 
         Returns
         -------
         DataFrame
             Columns ``profile``, ``arm``, ``outcome``, ``term`` ("mean", "sd")
             and ``estimate``.
+
+        Raises
+        ------
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> list(res.tidy().columns)
+        ['profile', 'arm', 'outcome', 'term', 'estimate']
         """
         frame, index = self._frame(newdata)
         V = self._v(frame)
@@ -466,7 +726,9 @@ class CCMEResult:
         Parameters
         ----------
         newdata : DataFrame, "profiles" or None, default "profiles"
-            The V-points of the profile table and the effects section.
+            The V-points of the profile table and the effects section: V at its
+            quartiles (:meth:`profiles`), the rows of a DataFrame with the columns V
+            is built from, or None for the training data's rows.
         n_boot : int, default 0
             Bootstrap draws of :meth:`test_effect`'s p-values in the effects
             section (0: none; the bootstrap costs seconds at large n).
@@ -475,6 +737,20 @@ class CCMEResult:
         -------
         ccme.summary.Summary
             ``print()`` it; ``_repr_html_``, ``as_latex()`` and ``to_frame()`` render it.
+
+        Raises
+        ------
+        ParameterError
+            ``n_boot`` positive but below 10.
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> type(res.summary()).__name__
+        'Summary'
         """
         from .summary import Summary
 
@@ -486,10 +762,19 @@ class CCMEResult:
         Parameters
         ----------
         size : int, default 400
+            Number of grid points.
 
         Returns
         -------
         ndarray (size,)
+            Increasing outcome values.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.default_grid().shape, res.default_grid(50).shape
+        ((400,), (50,))
         """
         return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
 
@@ -500,8 +785,11 @@ class CCMEResult:
         Parameters
         ----------
         newdata : DataFrame, "profiles" or None, default "profiles"
-        q : sequence of float, optional
-            Levels of the quantile treatment effects (default 0.1, 0.25, 0.5, 0.75, 0.9).
+            The V-points: V at its quartiles (:meth:`profiles`), the rows of a
+            DataFrame with the columns V is built from, or None for the training
+            data's rows.
+        q : sequence of float in (0, 1) or None, default None
+            Levels of the quantile treatment effects; None: 0.1, 0.25, 0.5, 0.75, 0.9.
 
         Returns
         -------
@@ -511,6 +799,13 @@ class CCMEResult:
             (Q₁(q | v) − Q₀(q | v), ``level`` = q), ``mmd`` (‖μ̂₁(v) − μ̂₀(v)‖,
             exact), ``kolmogorov`` and ``wasserstein`` (1-Wasserstein) distances
             between the normalised distributions (d_y = 1).
+
+        Raises
+        ------
+        ParameterError
+            ``q`` outside (0, 1).
+        DataError
+            ``newdata`` lacks a column V is built from, or holds missing values.
 
         Examples
         --------
@@ -542,10 +837,13 @@ class CCMEResult:
             ``seed`` (the global statistic then averages over V's empirical
             distribution).
         statistic : {"mmd", "mean"}, default "mmd"
+            The squared MMD or the squared difference of the means.
         n_boot : int, default 499
-        seed : int, optional
-            Default the fit's seed.
+            Bootstrap draws (at least 10).
+        seed : int or None, default None
+            Seed of the multipliers (and of the rows drawn); None: the fit's seed.
         n_global : int, default 50
+            Training rows tested at when ``newdata`` is None.
 
         Returns
         -------
@@ -554,7 +852,19 @@ class CCMEResult:
         Raises
         ------
         ParameterError
-            For a method without a linear second stage.
+            For a method without a linear second stage, an unknown ``statistic``,
+            or ``n_boot`` below 10.
+        DataError
+            ``statistic="mmd"`` with a multivariate outcome, or ``newdata`` that
+            cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> test = res.test_effect(newdata=ccme.datasets.PAPER_PROFILES, n_boot=99)
+        >>> type(test).__name__, test.table.shape
+        ('EffectTest', (2, 2))
         """
         from .bootstrap import test_effect
 
@@ -579,19 +889,44 @@ class CCMEResult:
 
         Parameters
         ----------
-        level : float, default 0.9
+        level : float in (0, 1), default 0.9
+            Coverage level of the bands.
         newdata : DataFrame, "profiles" or None, default "profiles"
+            The V-points: V at its quartiles (:meth:`profiles`), the rows of a
+            DataFrame with the columns V is built from, or None for the training
+            data's rows.
         arm : 1, 0, bool or a treatment level, default 1
-        y : array, optional
-            Increasing outcome grid (default :meth:`default_grid` with 200 points).
+            The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
+            the treatment column.
+        y : array or None, default None
+            Increasing outcome grid; None: :meth:`default_grid` with 200 points.
         feature : {"density", "cdf"}, default "density"
+            Whether the bands are for the density or the CDF.
         n_boot : int, default 499
-        seed : int, optional
-            Default the fit's seed.
+            Bootstrap draws (at least 10).
+        seed : int or None, default None
+            Seed of the multipliers; None: the fit's seed.
 
         Returns
         -------
         ccme.Bands
+
+        Raises
+        ------
+        ParameterError
+            For a method without a linear second stage, an unknown ``feature``,
+            ``level`` outside (0, 1), ``n_boot`` below 10, or an ``arm`` that is not
+            one of the two arms.
+        DataError
+            A multivariate outcome, or ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> b = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, arm=1, n_boot=99)
+        >>> b.estimate.shape, b.lower_simultaneous.shape
+        ((2, 200), (2, 200))
         """
         from .bootstrap import bands
 
@@ -612,22 +947,42 @@ class CCMEResult:
         Parameters
         ----------
         newdata : DataFrame or "profiles", default "profiles"
+            The V-points, one curve each: V at its quartiles (:meth:`profiles`) or
+            the rows of a DataFrame with the columns V is built from.
         arm : {"both", 1, 0} or a treatment level, default "both"
-        y : array, optional
-            Outcome grid (default :meth:`default_grid`).
-        ax : matplotlib Axes, optional
-        truth : callable, optional
+            The arm(s) drawn: treated solid, control dashed.
+        y : array or None, default None
+            Outcome grid; None: :meth:`default_grid`.
+        ax : matplotlib Axes or None, default None
+            Axes to draw on; None: a new figure.
+        truth : callable or None, default None
             ``truth(y, profile_row: DataFrame, arm) -> density``, drawn dotted.
         bands : bool, default False
             Shade the simultaneous ``level`` bootstrap band of the smoothed density.
         level : float, default 0.9
+            Coverage level of the bands.
         n_boot : int, default 299
+            Bootstrap draws of the bands.
         **kwargs
             Passed to ``Axes.plot`` for the estimates.
 
         Returns
         -------
         matplotlib Axes
+
+        Raises
+        ------
+        ParameterError
+            ``arm`` is neither "both" nor one of the two arms, ``newdata`` is None,
+            or ``bands=True`` for a method without a linear second stage.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> type(res.plot(newdata=ccme.datasets.PAPER_PROFILES, arm=1)).__name__
+        'Axes'
         """
         from .plotting import plot_densities
 
@@ -636,21 +991,122 @@ class CCMEResult:
 
     def plot_effect(self, *, newdata=PROFILES, q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None,
                     **kwargs):
-        """Quantile treatment effect curves q ↦ Q₁(q | v) − Q₀(q | v), with bootstrap bands; returns the Axes."""
+        """Quantile treatment effect curves q ↦ Q₁(q | v) − Q₀(q | v), with bootstrap bands; returns the Axes.
+
+        The dotted line is the difference of the means at each profile; the
+        bands are pointwise (:func:`ccme.bootstrap.qte_bands`).
+
+        Parameters
+        ----------
+        newdata : DataFrame or "profiles", default "profiles"
+            The V-points, one curve each: V at its quartiles (:meth:`profiles`) or
+            the rows of a DataFrame with the columns V is built from.
+        q : sequence of float in (0, 1) or None, default None
+            Quantile levels on the x-axis; None: 37 levels from 0.05 to 0.95.
+        bands : bool, default True
+            Shade pointwise ``level`` bootstrap bands (linear second stages only).
+        level : float, default 0.9
+            Coverage level of the bands.
+        n_boot : int, default 299
+            Bootstrap draws of the bands.
+        seed : int or None, default None
+            Seed of the bootstrap; None: the fit's seed.
+        ax : matplotlib Axes or None, default None
+            Axes to draw on; None: a new figure.
+        **kwargs
+            Passed to ``Axes.plot`` for the curves.
+
+        Returns
+        -------
+        matplotlib Axes
+
+        Raises
+        ------
+        ParameterError
+            ``newdata`` is None, or ``bands=True`` for a method without a linear
+            second stage.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> type(res.plot_effect(newdata=ccme.datasets.PAPER_PROFILES, bands=False)).__name__
+        'Axes'
+        """
         from .plotting import plot_effect
 
         return plot_effect(self, newdata=newdata, q=q, bands=bands, level=level, n_boot=n_boot, seed=seed,
                            ax=ax, **kwargs)
 
     def plot_overlap(self, *, ax=None, bins=30):
-        """Histograms of the cross-fitted propensity scores by arm, with the clipping bounds; returns the Axes."""
+        """Histograms of the cross-fitted propensity scores by arm, with the clipping bounds; returns the Axes.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes or None, default None
+            Axes to draw on; None: a new figure.
+        bins : int, default 30
+            Number of equal-width bins over [0, 1].
+
+        Returns
+        -------
+        matplotlib Axes
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> type(res.plot_overlap(bins=20)).__name__
+        'Axes'
+        """
         from .plotting import plot_overlap
 
         return plot_overlap(self, ax=ax, bins=bins)
 
     def plot_cdf(self, *, newdata=PROFILES, arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None,
                  **kwargs):
-        """Estimated conditional CDFs of Y¹ and/or Y⁰ at each V-profile (optional bands); returns the Axes."""
+        """Estimated conditional CDFs of Y¹ and/or Y⁰ at each V-profile (optional bands); returns the Axes.
+
+        Parameters
+        ----------
+        newdata : DataFrame or "profiles", default "profiles"
+            The V-points, one curve each: V at its quartiles (:meth:`profiles`) or
+            the rows of a DataFrame with the columns V is built from.
+        arm : {"both", 1, 0} or a treatment level, default "both"
+            The arm(s) drawn: treated solid, control dashed.
+        y : array or None, default None
+            Outcome grid; None: :meth:`default_grid`.
+        bands : bool, default False
+            Shade the simultaneous ``level`` bootstrap band of the smoothed CDF.
+        level : float, default 0.9
+            Coverage level of the bands.
+        n_boot : int, default 299
+            Bootstrap draws of the bands.
+        ax : matplotlib Axes or None, default None
+            Axes to draw on; None: a new figure.
+        **kwargs
+            Passed to ``Axes.plot`` for the estimates.
+
+        Returns
+        -------
+        matplotlib Axes
+
+        Raises
+        ------
+        ParameterError
+            ``arm`` is neither "both" nor one of the two arms, ``newdata`` is None,
+            or ``bands=True`` for a method without a linear second stage.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> type(res.plot_cdf(newdata=ccme.datasets.PAPER_PROFILES, arm="both")).__name__
+        'Axes'
+        """
         from .plotting import plot_cdfs
 
         return plot_cdfs(self, newdata=newdata, arm=arm, y=y, bands=bands, level=level, n_boot=n_boot, ax=ax,
@@ -664,6 +1120,28 @@ class CCMEResult:
         ``train_loss`` and ``validation_loss`` (NaN without a validation
         split), and ``best`` (the epoch whose weights were kept).  Trains any
         arm not yet used (arms are trained on first use).
+
+        Returns
+        -------
+        DataFrame
+            The columns above.
+
+        Raises
+        ------
+        ParameterError
+            For a method not trained by gradient descent (``"ridge"``).
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> nn = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), method="neural_kernel",
+        ...               hidden=(8,), epochs=3, M=10, tune="none", seed=1)  # doctest: +SKIP
+        >>> list(nn.training_history().columns)  # doctest: +SKIP
+        ['arm', 'fold', 'stage', 'epoch', 'train_loss', 'validation_loss', 'best']
+        >>> res.training_history()
+        Traceback (most recent call last):
+        ccme.errors.ParameterError: method 'ridge' has no training history (it is not trained by gradient descent)
         """
         rows = []
         for arm in _ARMS:
@@ -682,7 +1160,34 @@ class CCMEResult:
         return pd.DataFrame(rows)
 
     def plot_training(self, *, ax=None, **kwargs):
-        """Loss per epoch of each stage, fold and arm of a neural fit (validation dashed); returns the Axes."""
+        """Loss per epoch of each stage, fold and arm of a neural fit (validation dashed); returns the Axes.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes or None, default None
+            Axes to draw on; None: a new figure.
+        **kwargs
+            Passed to ``Axes.plot`` for the loss curves.
+
+        Returns
+        -------
+        matplotlib Axes
+
+        Raises
+        ------
+        ParameterError
+            For a method not trained by gradient descent (``"ridge"``).
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> nn = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), method="neural_kernel",
+        ...               hidden=(8,), epochs=3, M=10, tune="none", seed=1)  # doctest: +SKIP
+        >>> type(nn.plot_training()).__name__  # doctest: +SKIP
+        'Axes'
+        """
         from .plotting import plot_training
 
         return plot_training(self, ax=ax, **kwargs)
@@ -692,13 +1197,30 @@ class CCMEResult:
 
         Parameters
         ----------
-        ax : matplotlib Axes or sequence of Axes, optional
-            One Axes per tuned hyperparameter (in the order λ₀, λ₁, σ_y); a new
-            figure when omitted.
+        ax : matplotlib Axes, sequence of Axes or None, default None
+            One Axes per tuned hyperparameter (in the order λ₀, λ₁, σ_y); None:
+            a new figure.
+        **kwargs
+            Passed to ``Axes.plot`` for the criterion curves.
 
         Returns
         -------
         ndarray of Axes
+
+        Raises
+        ------
+        ParameterError
+            Nothing was tuned (``tune="none"``, or every hyperparameter was set), or
+            ``ax`` does not hold one Axes per tuned hyperparameter.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> data = ccme.datasets.paper_simulation(300, seed=1)
+        >>> res = ccme.fit("y ~ a | x1 | x2", data, tune={"lam1": [0.01, 0.1, 1.0]}, seed=1)
+        >>> res.plot_tuning().shape
+        (1,)
         """
         from .plotting import plot_tuning
 
@@ -716,6 +1238,24 @@ class CCMEResult:
         formula, the folds, the propensity diagnostics, the tuning report, the
         hyperparameters, each fold-arm), so adding an attribute never changes
         the file format by accident.
+
+        Returns
+        -------
+        dict
+            Nested dicts, lists, scalars and arrays, with ``schema`` and ``version``.
+
+        Raises
+        ------
+        FormatError
+            When a part of the fit cannot be stored.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> state = res.to_state()
+        >>> state["schema"], state["version"]
+        ('ccme.CCMEResult', 1)
         """
         from .estimators.base import value_state
         from .io import make_state
@@ -736,7 +1276,29 @@ class CCMEResult:
 
     @classmethod
     def from_state(cls, state) -> "CCMEResult":
-        """Inverse of :meth:`to_state`; fold-arms are rebuilt only through the known estimators' types."""
+        """Inverse of :meth:`to_state`; fold-arms are rebuilt only through the known estimators' types.
+
+        Parameters
+        ----------
+        state : dict
+            A state written by :meth:`to_state`.
+
+        Returns
+        -------
+        CCMEResult
+
+        Raises
+        ------
+        FormatError
+            For a state of another schema or version, or with unknown parts.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> ccme.CCMEResult.from_state(res.to_state()).n
+        300
+        """
         from .crossfit import Fold
         from .errors import FormatError
         from .estimators import get_estimator
@@ -821,6 +1383,7 @@ def load(path) -> CCMEResult:
     Parameters
     ----------
     path : str or path-like
+        The file written by :meth:`CCMEResult.save`.
 
     Returns
     -------
@@ -832,6 +1395,14 @@ def load(path) -> CCMEResult:
         For a file that is not a ccme archive, is damaged or edited, or was
         written by another version of the format (the message names both
         versions and says to fit again).
+
+    Examples
+    --------
+    >>> import ccme, tempfile, os
+    >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+    >>> path = res.save(os.path.join(tempfile.mkdtemp(), "fit.ccme"))
+    >>> ccme.load(path).mean(newdata=ccme.datasets.PAPER_PROFILES).shape
+    (2,)
     """
     from .io import read_object
 

@@ -40,7 +40,7 @@ def ihdp_surface_b(seed=None, *, truth: bool = False):
 
     Parameters
     ----------
-    seed : int, numpy Generator or None
+    seed : int, numpy Generator or None, default None
         Seed of :func:`numpy.random.default_rng` (draws β and the noise).
     truth : bool, default False
         Also return what an analyst never observes.  The same ``seed`` gives
@@ -56,6 +56,18 @@ def ihdp_surface_b(seed=None, *, truth: bool = False):
         On ``data``'s index: the true conditional means ``mu0``, ``mu1`` and
         the potential outcomes ``y0``, ``y1``; ``truth.attrs`` holds the drawn
         ``beta`` and ``omega``.  :func:`ihdp_density` takes its rows.
+
+    Raises
+    ------
+    ParameterError
+        ``truth`` not a boolean.
+
+    Examples
+    --------
+    >>> import ccme
+    >>> data, truth = ccme.datasets.ihdp_surface_b(1, truth=True)
+    >>> data.shape, list(truth.columns)
+    ((747, 27), ['mu0', 'mu1', 'y0', 'y1'])
     """
     if not isinstance(truth, (bool, np.bool_)):
         raise ParameterError(f"`truth` must be True or False; got {truth!r}")
@@ -101,11 +113,24 @@ def ihdp_density(y, truth: pd.DataFrame, arm: int = 1) -> np.ndarray:
     truth : DataFrame
         Rows of the truth frame of ``ihdp_surface_b(seed, truth=True)`` (any
         frame with columns ``mu0`` and ``mu1``).
-    arm : {1, 0}
+    arm : {1, 0}, default 1
+        1 for Y¹, 0 for Y⁰.
 
     Returns
     -------
     ndarray (n_rows, G)
+
+    Raises
+    ------
+    ParameterError
+        ``arm`` not 1 or 0, or ``truth`` not a frame with the column ``mu{arm}``.
+
+    Examples
+    --------
+    >>> import ccme
+    >>> data, truth = ccme.datasets.ihdp_surface_b(1, truth=True)
+    >>> ccme.datasets.ihdp_density([0.0, 1.0, 2.0], truth.head(4), arm=0).shape
+    (4, 3)
     """
     if arm not in (0, 1):
         raise ParameterError(f"`arm` must be 1 or 0; got {arm!r}")

@@ -55,7 +55,7 @@ def paper_simulation(n: int, seed=None, *, truth: bool = False):
     ----------
     n : int
         Number of units (positive).
-    seed : int, numpy Generator or None
+    seed : int, numpy Generator or None, default None
         Seed of :func:`numpy.random.default_rng`.
     truth : bool, default False
         Also return what an analyst never observes.  The same ``seed`` gives
@@ -74,10 +74,18 @@ def paper_simulation(n: int, seed=None, *, truth: bool = False):
         ``ps`` = P(A = 1 | X).  The exact conditional density is
         :func:`paper_simulation_density`.
 
+    Raises
+    ------
+    ParameterError
+        ``n`` not a positive integer, or ``truth`` not a boolean.
+
     Examples
     --------
-    >>> data = paper_simulation(500, seed=1)
-    >>> data, truth = paper_simulation(500, seed=1, truth=True)
+    >>> import ccme
+    >>> data = ccme.datasets.paper_simulation(500, seed=1)
+    >>> data.shape
+    (500, 12)
+    >>> data, truth = ccme.datasets.paper_simulation(500, seed=1, truth=True)
     >>> list(truth.columns)
     ['y0', 'y1', 'ps']
     """
@@ -111,11 +119,25 @@ def paper_simulation_density(y, v, arm: int = 1) -> np.ndarray:
         Outcome values.
     v : array (5,) or (n_v, 5), or DataFrame with columns x1..x5
         Values of V = (X1, ..., X5).
-    arm : {1, 0}
+    arm : {1, 0}, default 1
+        1 for Y¹, 0 for Y⁰.
 
     Returns
     -------
     ndarray (n_v, G)  (or (G,) when ``v`` is a single profile given as 1-D)
+
+    Raises
+    ------
+    ParameterError
+        ``arm`` not 1 or 0, or ``v`` without 5 columns.
+
+    Examples
+    --------
+    >>> import ccme, numpy as np
+    >>> grid = np.linspace(-15, 45, 601)
+    >>> p = ccme.datasets.paper_simulation_density(grid, ccme.datasets.PAPER_PROFILES, arm=1)
+    >>> p.shape, np.round(np.trapezoid(p, grid, axis=1), 4).tolist()
+    ((2, 601), [1.0, 1.0])
     """
     if arm not in (0, 1):
         raise ParameterError(f"`arm` must be 1 or 0; got {arm!r}")
@@ -147,6 +169,37 @@ def paper_simulation_ise(res, *, arm: int = 1, n_test: int = 1000, grid=None, se
     computed by the trapezoid rule on ``grid`` (default: 1000 points over
     [min(Y) − 2, max(Y) + 2] of the training outcomes, as the paper's
     evaluation), with the estimate normalised on that grid.
+
+    Parameters
+    ----------
+    res : CCMEResult
+        A fit on :func:`paper_simulation` data with V = x1..x5.
+    arm : {1, 0}, default 1
+        The arm whose density is scored.
+    n_test : int, default 1000
+        Number of V-points drawn.
+    grid : ndarray (G,) or None, default None
+        Increasing outcome grid; None: the paper's grid above.
+    seed : int, numpy Generator or None, default 0
+        Seed of the V-points drawn.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ParameterError
+        A fit that does not condition on V = x1..x5.
+
+    Examples
+    --------
+    >>> import ccme
+    >>> data = ccme.datasets.paper_simulation(300, seed=1)
+    >>> res = ccme.fit("y ~ a | x1 + x2 + x3 + x4 + x5 | .", data, tune="none", seed=1)
+    >>> ise = ccme.datasets.paper_simulation_ise(res, arm=1, n_test=50)
+    >>> type(ise).__name__, ise > 0
+    ('float', True)
     """
     if tuple(res.design.v_variables) != tuple(f"x{j}" for j in range(1, 6)):
         raise ParameterError("the fit must condition on V = x1..x5 of paper_simulation data")
