@@ -197,8 +197,8 @@ def test_effect_table(res):
 
 def test_mmd_matches_naive_quadratic_form(res):
     V = res._v(PAPER_PROFILES)
-    a1, c1 = res.embedding(1).weights(V)
-    a0, c0 = res.embedding(0).weights(V)
+    a1, c1 = res.embedding(1).weights(v=V)
+    a0, c0 = res.embedding(0).weights(v=V)
     k = res.kernels["y"]
     naive = _twins.kernel_quadratic_forms(np.vstack([a1, a0]), np.vstack([c1, -c0]), k.name, k.bandwidth_array)
     got = res.embedding(1).mmd(res.embedding(0), v=V)

@@ -194,5 +194,5 @@ def test_neural_kernel_density_equals_eq_nk_density(small_fits):
         ) / len(parts)
         np.testing.assert_allclose(res.density(y, newdata=newdata, arm=0, normalize=False), expected, rtol=1e-9,
                                    atol=1e-12)
-        atoms, w = res.embeddings[0].weights(V)
+        atoms, w = res.embeddings[0].weights(v=V)
         np.testing.assert_allclose(w.T @ naive_gram(atoms, y[:, None], sigma), expected, rtol=1e-9, atol=1e-12)

@@ -187,6 +187,8 @@ class Embedding:
         >>> wide.y_kernel.bandwidth, wide.density([0.0, 1.0], v=ccme.datasets.PAPER_PROFILES).shape
         ((5.0,), (2, 2))
         """
+        if not isinstance(y_kernel, Kernel) or len(y_kernel.bandwidth) != self.d_y:
+            raise ParameterError(f"`y_kernel` must be a ccme.kernels.Kernel with {self.d_y} bandwidth(s); got {y_kernel!r}")
         return Embedding(self._parts, y_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range,
                          encode=self._encode, arm=self._arm, n_threads=self._n_threads)
 
@@ -261,18 +263,18 @@ class Embedding:
         return outcome_grid(np.array([self._range[0][0], self._range[1][0]]), self._y_kernel, size=size)
 
     # -- the two primitives -------------------------------------------------
-    def contract(self, v, points, feature: str) -> np.ndarray:
+    def contract(self, points, *, v, feature: str) -> np.ndarray:
         """Σ over folds of (1/K) Σ_k c_k(v) F(y_k, point), shape (n_v, n_features).
 
         The primitive every functional is written with.
 
         Parameters
         ----------
+        points : ndarray (G, d_y)
+            Outcome points (ignored, but with d_y columns, for ``"moments"``).
         v : DataFrame or ndarray (n_v, d_v)
             The V-points: a DataFrame with the columns V is built from (encoded by
             the fit's formula), or V's encoded columns as an array.
-        points : ndarray (G, d_y)
-            Outcome points (ignored, but with d_y columns, for ``"moments"``).
         feature : {"density", "cdf", "moments"}
             F is the normalised kernel, its CDF, or (1, y, y²) ("moments", 1 + 2 d_y columns).
 
@@ -294,9 +296,11 @@ class Embedding:
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> emb = res.embedding(1)
         >>> import numpy as np
-        >>> emb.contract(ccme.datasets.PAPER_PROFILES, np.array([[0.0], [1.0]]), "density").shape
+        >>> emb.contract(np.array([[0.0], [1.0]]), v=ccme.datasets.PAPER_PROFILES, feature="density").shape
         (2, 2)
         """
+        if feature not in ("density", "cdf", "moments"):
+            raise ParameterError(f"`feature` must be 'density', 'cdf' or 'moments'; got {feature!r}")
         V = self._v(v)
         n_features = 1 + 2 * self.d_y if feature == "moments" else len(points)
         out = np.zeros((len(V), n_features))
@@ -306,7 +310,7 @@ class Embedding:
             part.contract(V, points, feature, self._y_kernel, out, scale, n_threads=self._n_threads)
         return out
 
-    def weights(self, v):
+    def weights(self, *, v):
         """All folds' atoms and weights (already divided by K).
 
         Parameters
@@ -334,7 +338,7 @@ class Embedding:
         >>> import ccme
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> emb = res.embedding(1)
-        >>> atoms, weights = emb.weights(ccme.datasets.PAPER_PROFILES)
+        >>> atoms, weights = emb.weights(v=ccme.datasets.PAPER_PROFILES)
         >>> atoms.shape[1], weights.shape[1], len(atoms) == len(weights)
         (1, 2, True)
         """
@@ -380,7 +384,7 @@ class Embedding:
         (2, 3)
         """
         y = self._y(y)
-        raw = self.contract(v, y, "density")
+        raw = self.contract(y, v=v, feature="density")
         if not normalize:
             return raw
         clipped = np.maximum(raw, 0.0)
@@ -433,7 +437,7 @@ class Embedding:
         """
         y = self._y(y)
         V = self._v(v)
-        raw = self.contract(V, y, "cdf")
+        raw = self.contract(y, v=V, feature="cdf")
         if not normalize:
             return raw
         mass = self.mass(v=V)
@@ -450,7 +454,7 @@ class Embedding:
 
     def _raw_moments(self, v):
         d = self.d_y
-        raw = self.contract(v, np.zeros((0, d)), "moments")
+        raw = self.contract(np.zeros((0, d)), v=v, feature="moments")
         mass = raw[:, 0]
         bad = _warn_no_mass(mass, "distribution", "or a very large penalty", "their moments are NaN")
         return np.where(bad, np.nan, mass), raw
@@ -697,7 +701,7 @@ class Embedding:
             candidates = self.default_grid()[:, None]
         else:
             candidates = self._y(candidates)
-        raw = self.contract(v, candidates, "density")
+        raw = self.contract(candidates, v=v, feature="density")
         return candidates[np.argmax(raw, axis=1)]
 
     def sample(self, size: int, *, v, seed=None, n_candidates: int | None = None) -> np.ndarray:
@@ -752,7 +756,7 @@ class Embedding:
             raise ParameterError(f"`size` must be a positive integer; got {size!r}")
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         V = self._v(v)
-        atoms, weights = self.weights(V)
+        atoms, weights = self.weights(v=V)
         bw = self._y_kernel.bandwidth_array
         scale = np.sqrt(self._y_kernel.variance())
         m = n_candidates if n_candidates is not None else max(2000, 20 * size)
@@ -764,7 +768,7 @@ class Embedding:
                 continue
             p = np.abs(c) / np.abs(c).sum()
             cand = atoms[rng.choice(len(atoms), size=m, p=p)] + rng.standard_normal((m, self.d_y)) * scale
-            target = self.contract(V[e : e + 1], cand, "density")[0] / c.sum()
+            target = self.contract(cand, v=V[e : e + 1], feature="density")[0] / c.sum()
             pulled = np.zeros(m)  # Σ_{s≤t} k(x, x_s) over the candidates
             for t in range(size):
                 j = int(np.argmax(target - pulled / (t + 1)))
@@ -812,8 +816,8 @@ class Embedding:
         (2,)
         """
         V = self._v(v)
-        atoms1, c1 = self.weights(V)
-        atoms0, c0 = other.weights(V)
+        atoms1, c1 = self.weights(v=V)
+        atoms0, c0 = other.weights(v=V)
         atoms, W = _merged(np.vstack([atoms1, atoms0]), np.vstack([c1, -c0]))
         kernel = self._rkhs_kernel
         q = _backend.kernel_quadratic_forms(atoms, W, kernel.name, kernel.bandwidth_array, normalized=True,

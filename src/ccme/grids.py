@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, ParameterError
 from .kernels import Kernel
 
 __all__ = ["MARGIN", "kernel_scale", "outcome_grid"]
@@ -63,6 +63,8 @@ def outcome_grid(Y: np.ndarray, kernels, *, size: int | None = None, step: float
     lo, hi = y.min() - margin, y.max() + margin
     if (size is None) == (step is None):
         raise ValueError("give exactly one of `size` and `step`")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2):
+        raise ParameterError(f"`size` must be an integer >= 2 (the grid's number of points); got {size!r}")
     if size is not None:
         return np.linspace(lo, hi, size)
     return np.arange(lo, hi + step / 2, step)

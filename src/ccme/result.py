@@ -1143,21 +1143,7 @@ class CCMEResult:
         Traceback (most recent call last):
         ccme.errors.ParameterError: method 'ridge' has no training history (it is not trained by gradient descent)
         """
-        rows = []
-        for arm in _ARMS:
-            for fold, part in enumerate(self.embedding(arm).parts, start=1):
-                history = getattr(part, "history", None)
-                if history is None:
-                    raise ParameterError(f"method {self.method!r} has no training history (it is not trained by "
-                                         "gradient descent)")
-                for stage, h in sorted(history.items()):
-                    for epoch, loss in enumerate(h.train):
-                        rows.append({
-                            "arm": arm, "fold": fold, "stage": stage, "epoch": epoch + 1, "train_loss": loss,
-                            "validation_loss": h.validation[epoch] if epoch < len(h.validation) else np.nan,
-                            "best": epoch == h.best_epoch,
-                        })
-        return pd.DataFrame(rows)
+        return self.estimator.training_history(self.embeddings)
 
     def plot_training(self, *, ax=None, **kwargs):
         """Loss per epoch of each stage, fold and arm of a neural fit (validation dashed); returns the Axes.

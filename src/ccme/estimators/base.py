@@ -335,6 +335,16 @@ class Estimator(ABC):
         """Summary sections about the fitted fold-arms (numerics, training); empty by default."""
         return []
 
+    def training_history(self, embeddings: Mapping):
+        """Training curves of the fitted fold-arms, one row per (arm, fold, stage, epoch).
+
+        Raises
+        ------
+        ParameterError
+            For an estimator that is not trained by gradient descent (the default).
+        """
+        raise ParameterError(f"method {self.name!r} has no training history (it is not trained by gradient descent)")
+
 
 def resolve_options(estimator, hyperparameters: dict) -> dict:
     """The estimator's defaults updated by the user's hyperparameters (aliases expanded)."""

@@ -450,6 +450,22 @@ class NeuralEstimator(Estimator):
         prebuilt = {(fold.index, arm): est for arm, est in (arms or {}).items()}
         return Tuned(Parameters(chosen), report, prebuilt)
 
+    def training_history(self, embeddings):
+        """Loss per epoch of every arm, fold and stage ({arm: Embedding}); trains arms not yet used."""
+        import pandas as pd
+
+        rows = []
+        for arm in (1, 0):
+            for fold, part in enumerate(embeddings[arm].parts, start=1):
+                for stage, h in sorted(part.history.items()):
+                    for epoch, loss in enumerate(h.train):
+                        rows.append({
+                            "arm": arm, "fold": fold, "stage": stage, "epoch": epoch + 1, "train_loss": loss,
+                            "validation_loss": h.validation[epoch] if epoch < len(h.validation) else np.nan,
+                            "best": epoch == h.best_epoch,
+                        })
+        return pd.DataFrame(rows)
+
     def fit_fold(self, params, *, data, fold, seed: int, prebuilt=None) -> NeuralFold:
         design = data.design
         return NeuralFold(
