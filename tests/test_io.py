@@ -39,15 +39,32 @@ def _newdata(res):
     return rows
 
 
+def _read_everything(res, grid, newdata):
+    for arm in (1, 0):
+        for nd in (None, newdata):
+            res.mean(newdata=nd, arm=arm), res.var(newdata=nd, arm=arm), res.cdf(grid, newdata=nd, arm=arm)
+
+
 def _assert_same(res, back):
     grid = res.default_grid(60)
     newdata = _newdata(res)
+    # These small fits have V-points with a negative variance estimate or no mass: both results must warn
+    # alike (the same messages, in the same order) and report the same NaN.
+    with warnings.catch_warnings(record=True) as first:
+        warnings.simplefilter("always", ccme.CcmeWarning)
+        _read_everything(res, grid, newdata)
+    with warnings.catch_warnings(record=True) as second:
+        warnings.simplefilter("always", ccme.CcmeWarning)
+        _read_everything(back, grid, newdata)
+    assert [str(w.message) for w in first] == [str(w.message) for w in second]
     for arm in (1, 0):
         for nd in (None, newdata):
             np.testing.assert_array_equal(res.density(grid, newdata=nd, arm=arm), back.density(grid, newdata=nd, arm=arm))
             np.testing.assert_array_equal(res.cdf(grid, newdata=nd, arm=arm), back.cdf(grid, newdata=nd, arm=arm))
-            np.testing.assert_array_equal(res.mean(newdata=nd, arm=arm), back.mean(newdata=nd, arm=arm))
-            np.testing.assert_array_equal(res.var(newdata=nd, arm=arm), back.var(newdata=nd, arm=arm))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ccme.CcmeWarning)  # compared above
+                np.testing.assert_array_equal(res.mean(newdata=nd, arm=arm), back.mean(newdata=nd, arm=arm))
+                np.testing.assert_array_equal(res.var(newdata=nd, arm=arm), back.var(newdata=nd, arm=arm))
     assert str(res.summary()) == str(back.summary())
     pd.testing.assert_frame_equal(res.tidy(), back.tidy())
     pd.testing.assert_frame_equal(res.profiles(), back.profiles())
@@ -97,10 +114,13 @@ def test_neural_round_trip_is_bit_identical(data, method, mode, tmp_path):
                progress=False, tune="none")
     back = ccme.load(res.save(tmp_path / "neural.ccme"))
     grid = res.default_grid(40)
-    for arm in (1, 0):
-        np.testing.assert_array_equal(res.density(grid, newdata=_newdata(res), arm=arm),
-                                      back.density(grid, newdata=_newdata(res), arm=arm))
-        np.testing.assert_array_equal(res.mean(arm=arm), back.mean(arm=arm))
+    with warnings.catch_warnings():
+        # networks trained for 4 epochs leave many V-points without mass (NaN, with a warning, in both)
+        warnings.simplefilter("ignore", ccme.CcmeWarning)
+        for arm in (1, 0):
+            np.testing.assert_array_equal(res.density(grid, newdata=_newdata(res), arm=arm),
+                                          back.density(grid, newdata=_newdata(res), arm=arm))
+            np.testing.assert_array_equal(res.mean(arm=arm), back.mean(arm=arm))
     assert str(res.summary()) == str(back.summary())
     pd.testing.assert_frame_equal(res.training_history(), back.training_history())
 

@@ -77,7 +77,9 @@ def test_jittered_factor_is_the_factor_of_the_shifted_matrix():
 def test_constant_columns_are_ignored_with_a_warning(data):
     """A constant column gets bandwidth inf: the fit equals the fit without it."""
     with_constant = data.assign(c=3.0)
-    with pytest.warns(ccme.DataWarning, match=r"1 constant column\(s\) ignored by the kernel \(v_bandwidth"):
+    # c is in V and so in X: both kernels say so
+    with pytest.warns(ccme.DataWarning, match=r"1 constant column\(s\) ignored by the kernel \(v_bandwidth"), \
+            pytest.warns(ccme.DataWarning, match=r"1 constant column\(s\) ignored by the kernel \(x_bandwidth"):
         res = ccme.fit("y ~ a | x1 + x2 + c | x3", with_constant, seed=1, tune="none", propensity=_scores(data))
     assert np.isinf(res.kernels["v"].bandwidth_array[2]) and np.isinf(res.kernels["x"].bandwidth_array[2])
     plain = ccme.fit(F, data, seed=1, tune="none", propensity=_scores(data))
@@ -91,14 +93,16 @@ def test_constant_columns_are_ignored_with_a_warning(data):
 def test_all_constant_v_or_x_is_a_clear_error(data):
     const = data.assign(c=1.0, k=-2.0)
     with pytest.raises(ParameterError, match=r"v_bandwidth by the median heuristic: every column of V "
-                                             r"\(the conditioning variables\) is constant"):
+                                             r"\(the conditioning variables\) is constant"), \
+            pytest.warns(ccme.DataWarning, match=r"2 constant column\(s\) ignored by the kernel \(x_bandwidth"):
         ccme.fit("y ~ a | c + k | x1", const, seed=1)
     with pytest.raises(ParameterError, match=r"every column of X .* is constant.*pass x_bandwidth=<number>"):
         ccme.fit("y ~ a | c + k", const, seed=1)
     with pytest.raises(ParameterError, match="outcome is constant; pass y_bandwidth="):
         ccme.fit(F, data.assign(y=4.0), seed=1)
     # With a bandwidth given, a constant V is the marginal p(Y^a): the fit works.
-    res = ccme.fit("y ~ a | c | x1", const, seed=1, tune="none", v_bandwidth=1.0, propensity=_scores(data))
+    with pytest.warns(ccme.DataWarning, match=r"1 constant column\(s\) ignored by the kernel \(x_bandwidth"):
+        res = ccme.fit("y ~ a | c | x1", const, seed=1, tune="none", v_bandwidth=1.0, propensity=_scores(data))
     np.testing.assert_allclose(res.mean(newdata=const.iloc[:3]), res.mean(newdata=const.iloc[:1]).repeat(3), rtol=1e-12)
 
 

@@ -198,15 +198,17 @@ def _check_scaling(res, scaled, c):
     grid = res.default_grid(60)
     newdata = res.profiles()
     _close(scaled.default_grid(60), c * grid)
-    for arm in (1, 0):
-        np.testing.assert_allclose(scaled.outcome_kernel(arm).bandwidth_array, c * res.outcome_kernel(arm).bandwidth_array,
-                                   rtol=1e-12)
-        base = res.density(grid, newdata=newdata, arm=arm, normalize=False)
-        _close(c * scaled.density(c * grid, newdata=newdata, arm=arm, normalize=False), base)
-        _close(c * scaled.density(c * grid, newdata=newdata, arm=arm), res.density(grid, newdata=newdata, arm=arm))
-        _close(scaled.cdf(c * grid, newdata=newdata, arm=arm), res.cdf(grid, newdata=newdata, arm=arm))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+    # Generated data can leave a profile without mass: both fits then give NaN there (with a warning each),
+    # which _close compares as equal.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.CcmeWarning)
+        for arm in (1, 0):
+            np.testing.assert_allclose(scaled.outcome_kernel(arm).bandwidth_array,
+                                       c * res.outcome_kernel(arm).bandwidth_array, rtol=1e-12)
+            base = res.density(grid, newdata=newdata, arm=arm, normalize=False)
+            _close(c * scaled.density(c * grid, newdata=newdata, arm=arm, normalize=False), base)
+            _close(c * scaled.density(c * grid, newdata=newdata, arm=arm), res.density(grid, newdata=newdata, arm=arm))
+            _close(scaled.cdf(c * grid, newdata=newdata, arm=arm), res.cdf(grid, newdata=newdata, arm=arm))
             _close(scaled.mean(newdata=newdata, arm=arm), c * res.mean(newdata=newdata, arm=arm))
 
 

@@ -412,7 +412,11 @@ def parse_formula(text: str, columns) -> Formula:
 def _materialize(formulaic, parser, spec_text, data, role, na_action="raise"):
     try:
         formula = formulaic.Formula(spec_text, _parser=parser) if isinstance(spec_text, str) else spec_text
-        return formulaic.model_matrix(formula, data, na_action=na_action)
+        # A transform such as log(x) may give NaN or inf: the finiteness check after
+        # building reports those rows by name (DataError, or dropped with a warning),
+        # so numpy's own RuntimeWarning would only repeat it less clearly.
+        with np.errstate(all="ignore"):
+            return formulaic.model_matrix(formula, data, na_action=na_action)
     except Exception as exc:
         raise FormulaError(
             f"cannot build the {role} from {str(spec_text)!r}: {_clean(exc)}{_shadow_hint(str(spec_text), data)}"
@@ -756,7 +760,8 @@ def _encode_with_spec(spec, newdata, variables, name) -> np.ndarray:
     frame = newdata[list(variables)]
     _check_finite(frame, variables, "raise")
     try:
-        matrix = spec.get_model_matrix(frame, na_action="ignore")  # NaN from transforms: checked below
+        with np.errstate(all="ignore"):  # NaN from transforms: checked below, by name
+            matrix = spec.get_model_matrix(frame, na_action="ignore")
     except Exception as exc:
         raise DataError(f"cannot encode `{name}` like the training data: {_clean(exc)}") from None
     values = _numeric(matrix, f"`{name}`")

@@ -9,12 +9,14 @@ to LaTeX (``as_latex()``) and gives its table as a DataFrame
 from __future__ import annotations
 
 import html
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from .effects import effect_table
+from .errors import CcmeWarning
 from .pseudo import MODE_NAMES
 
 __all__ = ["Summary"]
@@ -81,7 +83,14 @@ class Summary:
             table_title = "Estimated distributions at the training data's V"
         else:
             table_title = "Estimated distributions at the given profiles"
-        table = _profile_table(res, newdata)
+        # A summary reports what the estimates' warnings say (negative variance
+        # estimates, V-points without mass) as notes beside the NA they explain,
+        # instead of raising warnings the user did not ask for.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CcmeWarning)
+            table = _profile_table(res, newdata)
+            effect_rows = _effect_rows(res, newdata, n_boot)
+        notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, CcmeWarning)))
         sections = [("Data", tuple(data_rows))]
         described = res.estimator.describe(res.params, design=design, outcome_columns=res.outcome_columns,
                                            embeddings=res.embeddings)
@@ -92,9 +101,11 @@ class Summary:
         if res.tuning is not None and res.tuning.chosen:
             sections.append(("Tuning", tuple(_tuning_rows(res.tuning))))
         sections.append(("Propensity", tuple(prop_rows)))
-        sections.append(("Effects (Y1 vs Y0 at the profiles)", tuple(_effect_rows(res, newdata, n_boot))))
+        sections.append(("Effects (Y1 vs Y0 at the profiles)", tuple(effect_rows)))
         for title, rows in res.estimator.diagnostics(res.embeddings):
             sections.append((title, tuple(rows)))
+        if notes:
+            sections.append(("Notes", tuple(("NA", note) for note in notes)))
         title = (
             f"Conditional counterfactual distributions: {res.estimator.title} CCME, "
             f"{_MODE_NAMES[res.mode]}"
