@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .embedding import invert_cdf
+from .embedding import invert_cdf, normalized_cdf
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS
 from .estimators.base import LinearSecondStage
@@ -365,10 +365,6 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed)
 # ---------------------------------------------------------------------------
 # quantile treatment effects
 # ---------------------------------------------------------------------------
-def _normalised_cdf(raw: np.ndarray, mass) -> np.ndarray:
-    return np.maximum.accumulate(np.clip(raw / mass, 0.0, 1.0), axis=-1)
-
-
 def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: float, n_boot: int, seed):
     """Quantile treatment effects Q₁(q | v) − Q₀(q | v) with pointwise bootstrap bands.
 
@@ -391,13 +387,13 @@ def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: flo
         lin_mass[arm] = _mass_linear(res, arm, V)
         raw[arm] = sum(p.estimate() for p in lin[arm])
         mass[arm] = sum(p.estimate() for p in lin_mass[arm])[:, :1]
-    qte = invert_cdf(_normalised_cdf(raw[1], mass[1]), grid, q) - invert_cdf(_normalised_cdf(raw[0], mass[0]), grid, q)
+    qte = invert_cdf(normalized_cdf(raw[1], mass[1]), grid, q) - invert_cdf(normalized_cdf(raw[0], mass[0]), grid, q)
     half = np.empty_like(qte)
     for e in range(len(V)):
         star = []
         for arm in (1, 0):
             raw_star = raw[arm][e] + sum(p.perturb(g, e) for p in lin[arm])
             mass_star = mass[arm][e] + sum(p.perturb(g, e) for p in lin_mass[arm])[:, :1]
-            star.append(invert_cdf(_normalised_cdf(raw_star, mass_star), grid, q))
+            star.append(invert_cdf(normalized_cdf(raw_star, mass_star), grid, q))
         half[e] = np.quantile(np.abs(star[0] - star[1] - qte[e]), level, axis=0)
     return qte, qte - half, qte + half

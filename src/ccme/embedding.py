@@ -37,7 +37,7 @@ from .errors import CcmeWarning, DataError, ParameterError
 from .grids import outcome_grid
 from .kernels import Kernel
 
-__all__ = ["Embedding", "invert_cdf", "check_levels"]
+__all__ = ["Embedding", "invert_cdf", "normalized_cdf", "check_levels"]
 
 #: Points of the grid on which quantiles, intervals and modes are located (d_y = 1).
 FINE_GRID_SIZE = 2001
@@ -441,16 +441,13 @@ class Embedding:
         if not normalize:
             return raw
         mass = self.mass(v=V)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            scaled = np.clip(raw / mass[:, None], 0.0, 1.0)
-        if self.d_y == 1:
-            # Negative weights can make the raw CDF dip; report its running
-            # maximum along increasing y so that the result is a CDF.
-            order = np.argsort(y[:, 0], kind="stable")
-            monotone = np.maximum.accumulate(scaled[:, order], axis=1)
-            scaled = np.empty_like(monotone)
-            scaled[:, order] = monotone
-        return scaled
+        if self.d_y > 1:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.clip(raw / mass[:, None], 0.0, 1.0)
+        order = np.argsort(y[:, 0], kind="stable")
+        out = np.empty_like(raw)
+        out[:, order] = normalized_cdf(raw[:, order], mass[:, None])
+        return out
 
     def _raw_moments(self, v):
         d = self.d_y
@@ -870,6 +867,17 @@ def _merged(atoms: np.ndarray, weights: np.ndarray):
     merged = np.zeros((len(unique), weights.shape[1]))
     np.add.at(merged, inverse.reshape(-1), weights)
     return np.ascontiguousarray(unique), merged
+
+
+def normalized_cdf(raw: np.ndarray, mass) -> np.ndarray:
+    """A raw CDF estimate on an increasing grid (last axis) made a CDF: raw / mass, clipped to [0, 1], running maximum.
+
+    Negative weights can make the raw CDF dip or overshoot; its running
+    maximum along increasing y is the smallest non-decreasing function above
+    it.  ``mass`` broadcasts against ``raw`` (NaN mass gives NaN rows).
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.maximum.accumulate(np.clip(raw / mass, 0.0, 1.0), axis=-1)
 
 
 def check_levels(q, name: str) -> np.ndarray:

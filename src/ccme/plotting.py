@@ -30,12 +30,7 @@ def plot_densities(res, *, newdata="profiles", arm="both", y=None, ax=None, trut
     shades the simultaneous bootstrap band of the smoothed density
     (:meth:`ccme.CCMEResult.bands`, method="ridge") around the raw estimate.
     """
-    arms = _arms(res, arm)
-    newdata = _profiles(res, newdata)
-    grid = res.default_grid() if y is None else np.asarray(y, dtype=float)
-    ax = _axes(ax)
-    colours = [f"C{i % 10}" for i in range(len(newdata))]
-    labels = [str(label) for label in newdata.index]
+    arms, newdata, grid, ax, colours, labels = _curves_setup(res, arm, newdata, y, ax)
     for a in arms:
         dens = res.density(grid, newdata=newdata, arm=a)
         for i, row in enumerate(dens):
@@ -52,6 +47,14 @@ def plot_densities(res, *, newdata="profiles", arm="both", y=None, ax=None, trut
     ax.set_title(title)
     ax.legend(fontsize="small", ncol=2 if len(arms) == 2 else 1)
     return ax
+
+
+def _curves_setup(res, arm, newdata, y, ax):
+    """What every per-profile curve plot starts from: arms, profiles, grid, Axes, one colour and label per profile."""
+    newdata = _profiles(res, newdata)
+    grid = res.default_grid() if y is None else np.asarray(y, dtype=float)
+    colours = [f"C{i % 10}" for i in range(len(newdata))]
+    return _arms(res, arm), newdata, grid, _axes(ax), colours, [str(label) for label in newdata.index]
 
 
 def _arms(res, arm) -> tuple:
@@ -84,12 +87,7 @@ def plot_cdfs(res, *, newdata="profiles", arm="both", y=None, bands=False, level
     ``bands=True`` shades the simultaneous bootstrap band of the smoothed CDF
     E[K(y − Y^a) | V = v] (:meth:`ccme.CCMEResult.bands`, method="ridge").
     """
-    arms = _arms(res, arm)
-    newdata = _profiles(res, newdata)
-    grid = res.default_grid() if y is None else np.asarray(y, dtype=float)
-    ax = _axes(ax)
-    colours = [f"C{i % 10}" for i in range(len(newdata))]
-    labels = [str(label) for label in newdata.index]
+    arms, newdata, grid, ax, colours, labels = _curves_setup(res, arm, newdata, y, ax)
     for a in arms:
         for i, row in enumerate(res.cdf(grid, newdata=newdata, arm=a)):
             ax.plot(grid, row, _ARM_STYLE[a], color=colours[i], label=f"{_ARM_LABEL[a]} | {labels[i]}", **kwargs)
