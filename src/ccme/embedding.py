@@ -178,6 +178,11 @@ class Embedding:
         -------
         Embedding
 
+        Raises
+        ------
+        ParameterError
+            ``y_kernel`` is not a Kernel with one bandwidth per outcome dimension.
+
         Examples
         --------
         >>> import ccme
