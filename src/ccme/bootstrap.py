@@ -1,4 +1,9 @@
-"""Multiplier bootstrap of the ridge CCME: confidence bands and the test of no distributional effect.
+"""Multiplier bootstrap over a linear second stage: confidence bands and the test of no distributional effect.
+
+This module owns the bootstrap.  It needs only what a fold-arm declares as
+:class:`ccme.estimators.base.LinearSecondStage` (its units, β(v), the unit
+features of its pseudo-outcomes and their residuals); the ridge fold-arms
+implement it.
 
 The scheme
 ----------

@@ -1,15 +1,11 @@
-"""The estimators of the conditional counterfactual mean embedding.
+"""The estimators of the conditional counterfactual mean embedding: implementations of one protocol.
 
-Each estimator fits, per cross-fitting fold, an object whose ``arm(a)``
-builds, for that fold and arm, an object that
-represents μ̂(v) = Σ_k c_k(v) φ(y_k) and can
-
-- ``contract(V_eval, points, feature, y_kernel, out, scale)``: add
-  ``scale × Σ_k c_k(v) F(y_k, point)`` for a feature F (density kernel, CDF,
-  moments) to ``out``;
-- ``weights(V_eval)``: return the atoms y_k and the weights c_k(v).
-
-:mod:`ccme.embedding` builds every functional from these two.
+:mod:`ccme.estimators.base` declares the protocol (``Estimator``: prepare →
+tune → fit_fold; each fold's ``FoldArm`` gives atoms and weights,
+μ̂(v) = Σ_k c_k(v) φ(y_k); ``LinearSecondStage`` for the bootstrap).  This
+package holds its implementations — ridge, Deep Feature, Neural-Kernel —
+and the registry ``ESTIMATORS`` that ``ccme.fit(method=...)`` reads.
+:class:`ccme.Embedding` builds every functional from the fold-arms.
 """
 
 from ..errors import ParameterError
