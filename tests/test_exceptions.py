@@ -160,3 +160,14 @@ def test_clipping_warning_counts(data):
     with pytest.warns(ccme.OverlapWarning, match=r"clipped to \[0.01, 0.99\] \(\d+ below"):
         res = ccme.fit(F, data, propensity=scores, seed=1)
     assert res.overlap.n_clipped_low >= 5
+
+
+def test_covariate_constant_within_an_arm_is_a_positivity_error():
+    """A column fixed at one value among the treated while it varies among the controls: named, with a remedy."""
+    data = ccme.datasets.paper_simulation(300, seed=1)
+    data["c"] = np.where(data["a"] == 1, 1.0, data["x3"])
+    with pytest.raises(ccme.PositivityError, match=r"covariate 'c' is constant \(= 1\) among the treated units"):
+        ccme.fit("y ~ a | x1 | x2 + c", data, seed=1, tune="none")
+    data["c"] = np.where(data["a"] == 0, -2.0, data["x3"])
+    with pytest.raises(ccme.PositivityError, match=r"'c' is constant \(= -2\) among the control units"):
+        ccme.fit("y ~ a | x1 + c | x2", data, seed=1, tune="none")

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .crossfit import check_fold_arms, cross_fit, cross_fit_scores, make_folds, trim_folds
+from .crossfit import check_arm_support, check_fold_arms, cross_fit, cross_fit_scores, make_folds, trim_folds
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS, get_estimator
 from .estimators.base import CrossFitData, Tuned
@@ -192,6 +192,7 @@ def fit(
     fold_list = make_folds(design.n, folds, rng)
     _check_arm_sizes(design.A)
     check_fold_arms(design.A, fold_list, mode)
+    check_arm_support(design.X, design.x_names, design.A)
     prop_cols = _covariate_columns(design, propensity_covariates)
     out_cols = _covariate_columns(design, outcome_covariates)
     Xo = np.ascontiguousarray(design.X[:, out_cols])

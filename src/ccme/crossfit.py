@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DataError, ParameterError
+from .errors import DataError, ParameterError, PositivityError
 
-__all__ = ["Fold", "make_folds", "check_fold_arms", "trim_folds", "cross_fit_scores", "cross_fit"]
+__all__ = ["Fold", "make_folds", "check_fold_arms", "check_arm_support", "trim_folds", "cross_fit_scores", "cross_fit"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,33 @@ def check_fold_arms(A, fold_list, mode) -> None:
                 raise DataError(
                     f"fold {fold.index + 1} has {in_target} {label} unit(s) for the one-step regression; "
                     "use fewer folds or more data"
+                )
+
+
+def check_arm_support(X: np.ndarray, names, A: np.ndarray) -> None:
+    """Each covariate must vary within an arm wherever it varies at all.
+
+    A column that is constant among one arm's units while it takes other
+    values in the other arm leaves the units with those other values without
+    any comparable unit in the first arm: positivity fails for them, and the
+    arm's outcome model (stage 1) would extrapolate from a single value.
+
+    Raises
+    ------
+    PositivityError
+        Naming the column, the arm and its constant value.
+    """
+    for j, name in enumerate(names):
+        column = X[:, j]
+        if np.ptp(column) == 0:
+            continue  # constant everywhere: the kernels ignore it (a DataWarning says so)
+        for arm, label in ((1, "treated"), (0, "control")):
+            values = column[A == arm]
+            if np.ptp(values) == 0:
+                raise PositivityError(
+                    f"covariate {name!r} is constant (= {values[0]:.6g}) among the {label} units but takes other "
+                    f"values among the others: units with other values have no comparable {label} unit (positivity "
+                    f"fails); drop the covariate, or restrict the data to {name} = {values[0]:.6g}"
                 )
 
 
