@@ -101,10 +101,15 @@ def test_results_parameters_and_embeddings_are_immutable(res):
 
 def test_tidy_tables_use_the_usual_columns(res):
     assert list(res.tidy().columns) == ["profile", "arm", "outcome", "term", "estimate"]
-    eff = res.effect(q=[0.5])
-    assert list(eff.columns) == ["profile", "term", "outcome", "level", "estimate"]
-    assert set(eff.term) == {"mean_diff", "qte", "mmd", "kolmogorov", "wasserstein"}
-    assert eff.loc[eff.term == "qte", "level"].eq(0.5).all() and eff.loc[eff.term != "qte", "level"].isna().all()
+    eff = res.effect(q=[0.5], y=[0.0, 3.0], n_boot=49)
+    assert list(eff.columns) == ["profile", "term", "outcome", "at", "estimate", "std_error", "conf_low", "conf_high"]
+    assert set(eff.term) == {"mean_diff", "qte", "cdf_diff", "mmd", "kolmogorov", "wasserstein"}
+    assert eff.loc[eff.term == "qte", "at"].eq(0.5).all()
+    assert sorted(eff.loc[eff.term == "cdf_diff", "at"].unique()) == [0.0, 3.0]
+    assert eff.loc[~eff.term.isin(["qte", "cdf_diff"]), "at"].isna().all()
+    assert (eff.conf_low <= eff.estimate).all() and (eff.estimate <= eff.conf_high).all() and (eff.std_error > 0).all()
+    assert eff.attrs["level"] == 0.95 and eff.attrs["n_boot"] == 49
+    assert list(res.effect(n_boot=0).columns) == ["profile", "term", "outcome", "at", "estimate"]
     bands = res.bands(0.9, newdata=PAPER_PROFILES, y=res.default_grid(20), n_boot=29, seed=1)
     frame = bands.to_frame()
     assert {"estimate", "std_error", "conf_low", "conf_high"} <= set(frame.columns) and len(frame) == 40

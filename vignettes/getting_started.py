@@ -143,12 +143,14 @@ res.quantile([0.1, 0.5, 0.9], newdata=PAPER_PROFILES, arm=1).round(2), res.inter
 # `res.effect` compares the two arms at each profile: the difference of means
 # (the conditional average treatment effect implied by the two distributions),
 # quantile treatment effects, and distances between the distributions (MMD,
-# Kolmogorov, 1-Wasserstein), as a long (tidy) table: one row per profile
-# and term, the quantile level in `level`.  `pivot` gives one row per profile.
+# Kolmogorov, 1-Wasserstein) and CDF differences, as a long (tidy) table: one
+# row per profile and term (the quantile level or outcome value in `at`), with
+# multiplier-bootstrap standard errors and 95% intervals.  `pivot` gives one
+# row per profile.
 
 # %%
 eff = res.effect(newdata=PAPER_PROFILES)
-eff.pivot(index="profile", columns=["term", "level"], values="estimate").round(2).T
+eff.pivot(index="profile", columns=["term", "at"], values="estimate").round(2).T
 
 # %% [markdown]
 # The true mean difference at v1 is known from the simulation: the treated

@@ -91,7 +91,7 @@ for ax in axes:
 
 # %%
 eff = res.effect(newdata=profiles, q=[0.1, 0.25, 0.5, 0.75, 0.9])
-wide = eff.pivot(index="profile", columns=["term", "level"], values="estimate")
+wide = eff.pivot(index="profile", columns=["term", "at"], values="estimate")
 wide[["mean_diff", "qte", "wasserstein"]].round(2)
 
 # %% [markdown]

@@ -149,7 +149,7 @@ zero_share.round(2)
 
 # %%
 eff = res.effect(newdata=profiles, q=[0.25, 0.5, 0.75, 0.9])
-wide = eff.pivot(index="profile", columns=["term", "level"], values="estimate")
+wide = eff.pivot(index="profile", columns=["term", "at"], values="estimate")
 wide[["mean_diff", "qte", "kolmogorov"]].round(2)
 
 # %% [markdown]

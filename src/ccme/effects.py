@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 
-__all__ = ["fine_grid", "effect_table", "tidy_effects", "DEFAULT_QUANTILES"]
+__all__ = ["fine_grid", "effect_table", "effect_estimates", "effect_frame", "DEFAULT_QUANTILES"]
 
 #: Levels of the quantile treatment effects reported by default.
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -67,22 +67,56 @@ def effect_table(res, V: np.ndarray, index, q=DEFAULT_QUANTILES) -> pd.DataFrame
     return table
 
 
-def tidy_effects(table: pd.DataFrame, y_names) -> pd.DataFrame:
-    """The wide table of :func:`effect_table` as a long one: profile, term, outcome, level, estimate."""
+def effect_estimates(res, V: np.ndarray, q, y_points) -> dict:
+    """The point estimates of every effect at the V-points: term → array (n_v, k).
+
+    ``mean_diff`` has one column per outcome dimension; ``qte`` one per level
+    in ``q`` and ``cdf_diff`` one per point in ``y_points`` (d_y = 1);
+    ``mmd``, ``kolmogorov`` and ``wasserstein`` one column.
+    """
+    emb1, emb0 = res.embedding(1), res.embedding(0)
+    out = {"mean_diff": emb1.mean(v=V) - emb0.mean(v=V)}
+    if res.design.Y.shape[1] == 1:
+        grid = res.fine_grid()
+        if len(q):
+            out["qte"] = emb1.quantile(q, v=V, grid=grid) - emb0.quantile(q, v=V, grid=grid)
+        if len(y_points):
+            out["cdf_diff"] = emb1.cdf(y_points, v=V) - emb0.cdf(y_points, v=V)
+    out["mmd"] = emb1.mmd(emb0, v=V)[:, None]
+    if res.design.Y.shape[1] == 1:
+        gap = np.abs(emb1.cdf(grid[:, None], v=V) - emb0.cdf(grid[:, None], v=V))
+        out["kolmogorov"] = gap.max(axis=1)[:, None]
+        # The trapezoid rule on the fine grid; the CDFs are 0 and 1 beyond it.
+        out["wasserstein"] = np.sum(0.5 * (gap[:, 1:] + gap[:, :-1]) * np.diff(grid), axis=1)[:, None]
+    return out
+
+
+def effect_frame(res, V: np.ndarray, index, estimates: dict, *, q, y_points, intervals=None) -> pd.DataFrame:
+    """The long table of :meth:`ccme.CCMEResult.effect`: one row per V-point, term and column of the term.
+
+    Columns ``profile``, ``term``, ``outcome``, ``at`` (the quantile level of a
+    QTE, the outcome value of a CDF difference, NaN otherwise) and
+    ``estimate``; with ``intervals`` (term → list of
+    :class:`ccme.bootstrap.Interval`) also ``std_error``, ``conf_low`` and
+    ``conf_high``.
+    """
+    names = list(res.design.y_names)
+    at = {"qte": list(q), "cdf_diff": list(y_points)}
     rows = []
-    single = len(y_names) == 1
-    for label, row in table.iterrows():
-        for column, value in row.items():
-            outcome, level = (y_names[0] if single else None), np.nan
-            if column in ("mean Y1", "mean Y0"):
-                continue
-            if column == "mean diff" or column.startswith("mean diff["):
-                term = "mean_diff"
-                if not single:
-                    outcome = column[len("mean diff["):-1]
-            elif column.startswith("qte "):
-                term, level = "qte", float(column[4:])
-            else:
-                term = column
-            rows.append({"profile": label, "term": term, "outcome": outcome, "level": level, "estimate": value})
-    return pd.DataFrame(rows, columns=["profile", "term", "outcome", "level", "estimate"])
+    for i, label in enumerate(index):
+        for term, values in estimates.items():
+            for j in range(values.shape[1]):
+                row = {
+                    "profile": label, "term": term,
+                    "outcome": names[j] if term == "mean_diff" else (names[0] if len(names) == 1 else None),
+                    "at": at[term][j] if term in at else np.nan,
+                    "estimate": values[i, j],
+                }
+                if intervals is not None:
+                    iv = intervals[term][j]
+                    row.update(std_error=iv.std_error[i], conf_low=iv.conf_low[i], conf_high=iv.conf_high[i])
+                rows.append(row)
+    columns = ["profile", "term", "outcome", "at", "estimate"]
+    if intervals is not None:
+        columns += ["std_error", "conf_low", "conf_high"]
+    return pd.DataFrame(rows, columns=columns)

@@ -720,7 +720,7 @@ class CCMEResult:
                         rows.append({"profile": label, "arm": arm, "outcome": name, "term": term, "estimate": value})
         return pd.DataFrame(rows, columns=["profile", "arm", "outcome", "term", "estimate"])
 
-    def summary(self, *, newdata=PROFILES, n_boot: int = 0):
+    def summary(self, *, newdata=PROFILES, n_boot=None):
         """An R-style summary: a printable object (it prints nothing by itself).
 
         Parameters
@@ -729,9 +729,10 @@ class CCMEResult:
             The V-points of the profile table and the effects section: V at its
             quartiles (:meth:`profiles`), the rows of a DataFrame with the columns V
             is built from, or None for the training data's rows.
-        n_boot : int, default 0
+        n_boot : int or None, default None
             Bootstrap draws of :meth:`test_effect`'s p-values in the effects
-            section (0: none; the bootstrap costs seconds at large n).
+            section; None: 499 for estimators with a linear second stage (about
+            a second at n = 4000), none otherwise; 0: none.
 
         Returns
         -------
@@ -754,6 +755,8 @@ class CCMEResult:
         """
         from .summary import Summary
 
+        if n_boot is None:
+            n_boot = 499 if self.estimator.supports_bootstrap else 0
         return Summary.from_result(self, newdata, n_boot=n_boot)
 
     def default_grid(self, size: int = 400) -> np.ndarray:
@@ -779,8 +782,20 @@ class CCMEResult:
         return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
 
     # -- effects and uncertainty -------------------------------------------
-    def effect(self, *, newdata=PROFILES, q=None) -> pd.DataFrame:
-        """Distributional treatment effects at each V-point, as a long table (see :mod:`ccme.effects`).
+    def effect(self, *, newdata=PROFILES, q=None, y=None, level=0.95, n_boot=None, seed=None) -> pd.DataFrame:
+        """Distributional treatment effects at each V-point, with bootstrap intervals, as a long table.
+
+        The effects (see :mod:`ccme.effects`): ``mean_diff`` E[Y¹ | v] − E[Y⁰ | v]
+        (per outcome dimension); ``qte`` Q₁(q | v) − Q₀(q | v) at each level q;
+        ``cdf_diff`` F₁(y | v) − F₀(y | v) at each outcome value y; ``mmd``
+        ‖μ̂₁(v) − μ̂₀(v)‖ (exact); ``kolmogorov`` and ``wasserstein``
+        (1-Wasserstein) distances between the normalised distributions
+        (d_y = 1 for all but ``mean_diff`` and ``mmd``).  For estimators with a
+        linear second stage (ridge) each row also has a multiplier-bootstrap
+        standard error and a ``level`` interval
+        (:func:`ccme.bootstrap.effect_intervals`): estimate ± the ``level``
+        quantile of |T* − T|, for the regularised effect (the ridge bias is not
+        included; ``benchmarks/calibration.py effects`` measures the coverage).
 
         Parameters
         ----------
@@ -790,20 +805,29 @@ class CCMEResult:
             data's rows.
         q : sequence of float in (0, 1) or None, default None
             Levels of the quantile treatment effects; None: 0.1, 0.25, 0.5, 0.75, 0.9.
+        y : sequence of float or None, default None
+            Outcome values of the CDF differences; None: the outcome's quartiles.
+        level : float in (0, 1), default 0.95
+            Level of the intervals.
+        n_boot : int or None, default None
+            Bootstrap draws; None: 499 where the estimator supports the
+            bootstrap, else no intervals; 0: no intervals.
+        seed : int or None, default None
+            Seeds the multipliers; None: the fit's seed.
 
         Returns
         -------
         DataFrame
-            Columns ``profile``, ``term``, ``outcome``, ``level`` and ``estimate``; one row
-            per profile and term: ``mean_diff`` (E[Y¹ | v] − E[Y⁰ | v]), ``qte``
-            (Q₁(q | v) − Q₀(q | v), ``level`` = q), ``mmd`` (‖μ̂₁(v) − μ̂₀(v)‖,
-            exact), ``kolmogorov`` and ``wasserstein`` (1-Wasserstein) distances
-            between the normalised distributions (d_y = 1).
+            Columns ``profile``, ``term``, ``outcome``, ``at`` (q of a QTE, y of a
+            CDF difference, NaN otherwise), ``estimate``, and with intervals
+            ``std_error``, ``conf_low``, ``conf_high``; ``attrs`` records the
+            interval method, level and draws.
 
         Raises
         ------
         ParameterError
-            ``q`` outside (0, 1).
+            ``q`` outside (0, 1), a bad ``level`` or ``n_boot``, or ``n_boot > 0`` for
+            an estimator without a linear second stage.
         DataError
             ``newdata`` lacks a column V is built from, or holds missing values.
 
@@ -811,14 +835,43 @@ class CCMEResult:
         --------
         >>> import ccme
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
-        >>> sorted(set(res.effect(q=[0.5])["term"]))
-        ['kolmogorov', 'mean_diff', 'mmd', 'qte', 'wasserstein']
+        >>> table = res.effect(q=[0.5], n_boot=99)
+        >>> sorted(set(table["term"]))
+        ['cdf_diff', 'kolmogorov', 'mean_diff', 'mmd', 'qte', 'wasserstein']
+        >>> list(table.columns[-3:])
+        ['std_error', 'conf_low', 'conf_high']
         """
-        from .effects import DEFAULT_QUANTILES, effect_table, tidy_effects
+        from .bootstrap import effect_intervals
+        from .effects import DEFAULT_QUANTILES, effect_estimates, effect_frame
 
         frame, index = self._frame(newdata)
+        V = self._v(frame)
         levels = check_levels(DEFAULT_QUANTILES if q is None else q, "q")
-        return tidy_effects(effect_table(self, self._v(frame), index, levels), self.design.y_names)
+        one_dim = self.design.Y.shape[1] == 1
+        if y is None:
+            y_points = np.quantile(self.design.Y[:, 0], [0.25, 0.5, 0.75]) if one_dim else np.zeros(0)
+        else:
+            y_points = self.embedding(1)._y(y)[:, 0] if one_dim else np.zeros(0)
+        if not one_dim:
+            levels = np.zeros(0)
+        if n_boot is None:
+            n_boot = 499 if self.estimator.supports_bootstrap else 0
+        if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
+            raise ParameterError(f"`n_boot` must be a non-negative integer; got {n_boot!r}")
+        estimates = effect_estimates(self, V, levels, y_points)
+        intervals = None
+        if n_boot:
+            if not self.estimator.supports_bootstrap:
+                raise ParameterError(
+                    f"intervals on the effects need a linear second stage (method='ridge'); method={self.method!r} "
+                    "gives estimates only: pass n_boot=0"
+                )
+            intervals = effect_intervals(self, V, estimates, q=levels, y_points=y_points, level=level,
+                                         n_boot=int(n_boot), seed=self.seed if seed is None else seed)
+        table = effect_frame(self, V, index, estimates, q=levels, y_points=y_points, intervals=intervals)
+        table.attrs.update(interval="multiplier bootstrap, symmetric basic" if intervals else "none",
+                           level=float(level) if intervals else None, n_boot=int(n_boot))
+        return table
 
     def test_effect(self, *, newdata=None, statistic="mmd", n_boot=499, seed=None, n_global=50):
         """Test H0: p(Y¹ | V = v) = p(Y⁰ | V = v), by a multiplier bootstrap (estimators with a linear second stage).
@@ -1398,7 +1451,9 @@ def load(path) -> CCMEResult:
 def _fold_arm_readers() -> dict:
     """Schema name → ``from_state`` of every fold-arm type the package writes (no name read from a file is resolved)."""
     from .estimators.deep_feature import DeepFeatureFoldArm
+    from .estimators.forest_first_stage import ForestRidgeFoldArm
     from .estimators.neural_kernel import NeuralKernelFoldArm
     from .estimators.ridge import RidgeFoldArm
 
-    return {t.STATE_SCHEMA: t.from_state for t in (RidgeFoldArm, DeepFeatureFoldArm, NeuralKernelFoldArm)}
+    return {t.STATE_SCHEMA: t.from_state
+            for t in (RidgeFoldArm, ForestRidgeFoldArm, DeepFeatureFoldArm, NeuralKernelFoldArm)}
