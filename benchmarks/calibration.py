@@ -6,13 +6,16 @@ long: run it in the background)::
     PYTHONPATH=src nohup python benchmarks/calibration.py size  > /tmp/cal-size.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py power > /tmp/cal-power.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py bands > /tmp/cal-bands.log &
+    PYTHONPATH=src nohup python benchmarks/calibration.py effects > /tmp/cal-effects.log &
 
 Fits use the fixed default hyperparameters (``tune="none"``), so the numbers
 describe the bootstrap, not the tuning.  ``size`` and ``power`` use :func:`scale_data` (confounded, V = x1; Y¹ has
 ``scale`` times the noise of Y⁰ and the same mean, so only a distributional
 test can see the effect; ``scale = 1`` is the null).  ``bands`` uses the
 paper's simulation and the smoothed target E[k(Y¹, y) | V = v] computed from
-the exact density (:func:`smoothed_target`).
+the exact density (:func:`smoothed_target`).  ``effects`` measures the
+coverage of the intervals of ``effect()`` on :func:`scale_data` (scale 1.5,
+exact effects by :func:`scale_effects`), of the true and of the smoothed effects.
 """
 
 from __future__ import annotations
@@ -113,9 +116,72 @@ def band_coverage(n: int, reps: int, *, feature: str = "density", level: float =
     }
 
 
+def scale_effects(v: np.ndarray, scale: float, y: np.ndarray, q: np.ndarray, widen=(0.0, 0.0), rkhs: float = 1.0):
+    """Exact effects of :func:`scale_data` at V = x1 = v: Y⁰ | v ~ N(v, 2), Y¹ | v ~ N(v, 1 + scale²).
+
+    ``widen`` = (σ₁, σ₀) adds the arms' read-out kernel variances (the smoothed
+    targets the estimates converge to at fixed bandwidths); the MMD uses the
+    normalised Gaussian kernel of bandwidth ``rkhs``:
+    E k(Y, Y') = 1 / √(2π(σ² + a² + b²)) for independent N(·, a²), N(·, b²) of equal means.
+    """
+    s1 = np.sqrt(1.0 + scale**2 + widen[0] ** 2)
+    s0 = np.sqrt(2.0 + widen[1] ** 2)
+    grid = np.linspace(-30, 30, 20001)
+    F1 = norm.cdf((grid[None, :] - v[:, None]) / s1)
+    F0 = norm.cdf((grid[None, :] - v[:, None]) / s0)
+    gap = np.abs(F1 - F0)
+    t1, t0 = np.sqrt(1.0 + scale**2), np.sqrt(2.0)  # the MMD is of the unsmoothed laws
+    mmd2 = (1 / np.sqrt(2 * np.pi * (rkhs**2 + 2 * t1**2)) + 1 / np.sqrt(2 * np.pi * (rkhs**2 + 2 * t0**2))
+            - 2 / np.sqrt(2 * np.pi * (rkhs**2 + t1**2 + t0**2)))
+    return {
+        "mean_diff": np.zeros((len(v), 1)),
+        "qte": np.tile((s1 - s0) * norm.ppf(q), (len(v), 1)),
+        "cdf_diff": norm.cdf((y[None, :] - v[:, None]) / s1) - norm.cdf((y[None, :] - v[:, None]) / s0),
+        "mmd": np.full((len(v), 1), np.sqrt(mmd2)),
+        "kolmogorov": gap.max(axis=1)[:, None],
+        "wasserstein": np.trapezoid(gap, grid, axis=1)[:, None],
+    }
+
+
+def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9, n_boot: int = 199, seed0: int = 0):
+    """Coverage of :meth:`ccme.CCMEResult.effect`'s intervals at x1 ∈ {−1, 0, 1}, per term.
+
+    Two targets: the true effect, and the smoothed one (each arm's law
+    convolved with its read-out kernel, which is what the estimate converges
+    to at a fixed bandwidth; the same for the mean difference and the MMD).
+    """
+    q = np.array([0.25, 0.5, 0.75])
+    y = np.array([-1.0, 0.0, 1.0])
+    v = SCALE_PROFILES["x1"].to_numpy()
+    hits = {"true": {}, "smoothed": {}}
+    widths = {}
+    for r in range(reps):
+        data = scale_data(n, scale, seed0 + r)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
+            table = res.effect(newdata=SCALE_PROFILES, q=q, y=y, level=level, n_boot=n_boot)
+        sig = tuple(res.outcome_kernel(a).bandwidth_array[0] for a in (1, 0))
+        truths = {"true": scale_effects(v, scale, y, q, rkhs=res.kernels["y"].bandwidth_array[0]),
+                  "smoothed": scale_effects(v, scale, y, q, widen=sig, rkhs=res.kernels["y"].bandwidth_array[0])}
+        for term, rows in table.groupby("term", sort=False):
+            lo = rows["conf_low"].to_numpy().reshape(len(v), -1)
+            hi = rows["conf_high"].to_numpy().reshape(len(v), -1)
+            widths.setdefault(term, []).append(float(np.mean(hi - lo)))
+            for target, truth in truths.items():
+                inside = (lo <= truth[term]) & (truth[term] <= hi)
+                hits[target].setdefault(term, []).append(inside.mean())
+    return {
+        "n": n, "reps": reps, "scale": scale, "level": level, "n_boot": n_boot,
+        "coverage_true": {t: round(float(np.mean(h)), 3) for t, h in hits["true"].items()},
+        "coverage_smoothed": {t: round(float(np.mean(h)), 3) for t, h in hits["smoothed"].items()},
+        "mean_width": {t: round(float(np.mean(w)), 4) for t, w in widths.items()},
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["size", "power", "bands"])
+    parser.add_argument("part", choices=["size", "power", "bands", "effects"])
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--n", type=int, nargs="+", default=None, help="sample sizes")
     args = parser.parse_args(argv)
@@ -125,10 +191,13 @@ def main(argv=None):
     elif args.part == "power":
         settings = [dict(n=n, scale=1.5, reps=args.reps or 100) for n in (args.n or (250, 500, 1000, 2000))]
         run = rejection_rates
-    else:
+    elif args.part == "bands":
         settings = [dict(n=n, reps=args.reps or 100, feature=f) for n in (args.n or (1000, 2000))
                     for f in ("density", "cdf")]
         run = band_coverage
+    else:
+        settings = [dict(n=n, reps=args.reps or 100) for n in (args.n or (1000, 2000))]
+        run = effect_coverage
     for s in settings:
         start = time.time()
         out = run(**s)
