@@ -73,3 +73,16 @@ def test_band_coverage_matches_measurement():
         target = smoothed_target(y, PAPER_PROFILES, fit.embedding(1).y_kernel.bandwidth_array[0], 1)
         coverage.append(np.mean((b.lower <= target) & (target <= b.upper)))
     assert 0.45 <= np.mean(coverage) <= 0.9
+
+
+@pytest.mark.parametrize("feature", ["density", "cdf"])
+def test_bands_surround_the_curve_they_belong_to(res, feature):
+    """Mapped like the curve (clip and rescale / clip and running maximum), the band holds the reported curve."""
+    y = np.linspace(-5, 45, 60)
+    b = res.bands(0.9, newdata=PAPER_PROFILES, arm=0, y=y, feature=feature, n_boot=99, seed=1)
+    drawn = b.on_the_curve()
+    curve = (res.density if feature == "density" else res.cdf)(y, newdata=PAPER_PROFILES, arm=0)
+    np.testing.assert_allclose(drawn["estimate"], curve, rtol=1e-9, atol=1e-12)
+    tol = 1e-12
+    assert np.all(drawn["lower_simultaneous"] <= curve + tol) and np.all(curve <= drawn["upper_simultaneous"] + tol)
+    assert np.all(drawn["lower"] <= curve + tol) and np.all(curve <= drawn["upper"] + tol)

@@ -168,6 +168,35 @@ class Bands:
     n_boot: int
     index: list
     target: str = "the ridge-regularised kernel-smoothed target (no bias correction)"
+    mass: np.ndarray | None = None
+
+    def on_the_curve(self) -> dict:
+        """The estimate and the bands mapped the way the reported curve is made from the raw estimate.
+
+        The density curve is the raw estimate clipped at zero and rescaled to
+        integrate to one (:meth:`ccme.Embedding.density`), the CDF curve the
+        unit-mass estimate clipped to [0, 1] and made non-decreasing
+        (:func:`ccme.embedding.normalized_cdf`).  Both maps are monotone in the
+        value at each y, so a band that holds the unit-mass estimate holds the
+        curve after the same map: the band is drawn around the curve it
+        belongs to.
+
+        Returns
+        -------
+        dict
+            ``"estimate"``, ``"lower"``, ``"upper"``, ``"lower_simultaneous"``,
+            ``"upper_simultaneous"``: arrays (n_v, G) on the curve's scale.
+        """
+        names = ("estimate", "lower", "upper", "lower_simultaneous", "upper_simultaneous")
+        values = {name: getattr(self, name) for name in names}
+        if self.feature == "cdf":
+            return {name: normalized_cdf(v, 1.0) for name, v in values.items()}
+        if self.mass is None:
+            raise ParameterError("these bands do not hold the estimate's mass: they cannot be mapped to the curve")
+        raw = np.maximum(values["estimate"] * self.mass[:, None], 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scale = self.mass[:, None] / np.trapezoid(raw, self.y, axis=1)[:, None]
+            return {name: np.maximum(v * scale, 0.0) for name, v in values.items()}
 
     def __repr__(self) -> str:
         return (f"<ccme.Bands: {self.level:.0%} {self.feature} bands, arm {self.arm}, {len(self.index)} V-point(s) "
@@ -231,7 +260,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
         se[e] = sd
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
                  upper_simultaneous=up_s, se=se, level=float(level), feature=feature, arm=int(arm),
-                 n_boot=int(n_boot), index=list(index))
+                 n_boot=int(n_boot), index=list(index), mass=mass)
 
 
 # ---------------------------------------------------------------------------

@@ -74,11 +74,20 @@ def _profiles(res, newdata) -> pd.DataFrame:
 
 
 def _shade_bands(ax, bands, colours, label: bool):
-    """The simultaneous band of each V-profile, shaded in its colour (pointwise bands: ``res.bands``)."""
+    """The simultaneous band of each V-profile, shaded in its colour around the curve it belongs to.
+
+    The band is mapped as the curve is made from the raw estimate
+    (:meth:`ccme.Bands.on_the_curve`: clipped and rescaled for a density,
+    clipped and made monotone for a CDF), so it surrounds the drawn curve.
+    The legend says its level and what it covers.
+    """
+    drawn = bands.on_the_curve()
+    what = "smoothed density" if bands.feature == "density" else "smoothed CDF"
     for i in range(len(bands.estimate)):
-        ax.fill_between(bands.y, bands.lower_simultaneous[i], bands.upper_simultaneous[i], color=colours[i],
+        ax.fill_between(bands.y, drawn["lower_simultaneous"][i], drawn["upper_simultaneous"][i], color=colours[i],
                         alpha=0.15, lw=0,
-                        label=f"{bands.level:.0%} simultaneous band" if label and i == 0 else None)
+                        label=(f"{bands.level:.0%} simultaneous band, {what} (no bias correction)"
+                               if label and i == 0 else None))
 
 
 def plot_cdfs(res, *, newdata="profiles", arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None, **kwargs):
