@@ -273,11 +273,17 @@ def _best(criterion: np.ndarray) -> int:
     return int(np.argmin(finite))
 
 
-def tune_ridge(*, data, folds, params, grids):
+def tune_ridge(*, data, folds, params, grids, first_stage=None):
     """Choose λ₀, λ₁ (and X/V bandwidth factors) by leave-one-out; returns (params, report).
 
     ``data`` is the cross-fitting's :class:`ccme.estimators.base.CrossFitData`
     (its scores clipped and cross-fitted); ``grids`` from :func:`resolve_tune`.
+    ``first_stage`` (optional), called after the stage-1 tuning as
+    ``first_stage(G=G, params=prepared, report=report)``, may set
+    ``prepared["first_stage"]`` and returns {(fold index, arm): features of
+    μ̂₀ at the fold's second-stage rows in the coordinates G} for the arms
+    whose first stage is not the kernel ridge; stage 2 is then tuned on those
+    pseudo-outcomes (:mod:`ccme.estimators.forest_first_stage`).
     """
     started = time.perf_counter()
     report = TuningReport()
@@ -337,6 +343,9 @@ def tune_ridge(*, data, folds, params, grids):
         prepared["lam0"] = lam0
         report.chosen["lam0"] = dict(lam0)
 
+    # Another first stage (a forest), chosen at the stage-1 values, before stage 2 is tuned on its pseudo-outcomes.
+    replaced = first_stage(G=G, params=prepared, report=report) if first_stage is not None else {}
+
     # Stage 2: KRR of the pseudo-outcomes on V over each fold's target part.
     if "lam1" in grids or "v_bandwidth" in grids:
         lam1_now = prepared["lam1"]
@@ -344,7 +353,8 @@ def tune_ridge(*, data, folds, params, grids):
         factors = grids.get("v_bandwidth", (1.0,))
         v_kernel = prepared["kernels"]["v"]
         stage1 = {(k, arm): spectra.get((k, arm, x_factor)) for k in range(len(folds)) for arm in (1, 0)}
-        targets = _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1)
+        targets = _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1,
+                                           replaced)
         per_factor = {arm: np.zeros((len(factors), len(lam_grid))) for arm in (1, 0)}
         for i_f, f in enumerate(factors):
             for fold_index, fold in enumerate(folds):
@@ -395,12 +405,13 @@ def tune_ridge(*, data, folds, params, grids):
     return params.replace(**prepared), report
 
 
-def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1):
+def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1, replaced=None):
     """Per fold and arm: (second-stage rows, feature coordinates of ξ̂ on them).
 
     The pseudo-outcomes of :mod:`ccme.pseudo` in the outcome features G:
     a_i G(Y_i) + b_i μ̂₀(X_i), with μ̂₀(X_1i) = K_X1X0 (K_X0 + mλ₀I)⁻¹ G_0 through
-    the stage-1 kernel's low-rank spectrum (reused from stage-1 tuning when it ran).
+    the stage-1 kernel's low-rank spectrum (reused from stage-1 tuning when it ran),
+    or as given in ``replaced`` ((fold index, arm) → μ̂₀'s features at the rows).
     """
     A = design.A
     out = []
@@ -410,7 +421,9 @@ def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0,
         for arm in (1, 0):
             pseudo = pseudo_outcome(mode, arm, A=A, target=target, scores_target=scores[target])
             first = None
-            if pseudo.has_first_stage:
+            if pseudo.has_first_stage and replaced and (k, arm) in replaced:
+                first = replaced[(k, arm)]
+            elif pseudo.has_first_stage:
                 rows0 = fold.nuisance[A[fold.nuisance] == arm]
                 spec = stage1.get((k, arm)) or _spectrum(Xo[rows0], x_kernel, 1.0, lam0[arm], n_threads)
                 solved = spec.solve(len(rows0) * lam0[arm], G[rows0])
