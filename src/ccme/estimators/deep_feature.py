@@ -39,7 +39,7 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import resolve_kernel
 from ..memory import check_allocation
-from .base import FactoredArm, Parameters
+from .base import FactoredArm, LinearSecondStage, Parameters
 from .ridge import _per_arm_text, per_arm_positive
 from .training import (
     NEURAL_DEFAULTS,
@@ -303,8 +303,14 @@ def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, st
     return _FeatureMap(net, standardizer, Psi, G, history, dtype, device)
 
 
-class DeepFeatureFoldArm(FactoredArm):
+class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
     """The Deep Feature CCME of one arm on one fold: c(v) = L (ΨᵀΨ + nλ₁I)⁻¹ψ(v), eq. (df_density).
+
+    Its second stage is a ridge regression of the pseudo-outcomes in the
+    learned features Ψ, so μ̂(v) = Σ_i β_i(v) ξ̂_i with β(v) = Ψ(ΨᵀΨ + nλ₁I)⁻¹ψ(v):
+    it implements :class:`ccme.estimators.base.LinearSecondStage`, and the
+    multiplier bootstrap applies *given the learned features* (the
+    variability of training ψ is not resampled).
 
     Attributes
     ----------
@@ -318,7 +324,8 @@ class DeepFeatureFoldArm(FactoredArm):
         The second-stage network ψ with Ψ (over the stage's units) and G = ΨᵀΨ + nλ₁I.
     pseudo : dict
         The pseudo-outcomes' pieces: ``a`` (n,), ``Y1``, and for DR and the
-        plug-in ``U`` = D_b Ψ̂₀₁ᵀ (n × M₀), ``P0`` (m × M₀), ``Y0``.
+        plug-in ``U`` = D_b Ψ̂₀₁ᵀ (n × M₀), ``P0`` (m × M₀), ``Y0``; ``units``,
+        the data rows of the second stage.
     """
 
     def __init__(self, atoms, loadings, feature_map: _FeatureMap, history: dict, pseudo: dict):
@@ -333,9 +340,32 @@ class DeepFeatureFoldArm(FactoredArm):
         """h(v) = (ΨᵀΨ + nλ₁I)⁻¹ψ(v), shape (M, n_eval)."""
         return np.linalg.solve(self.feature_map.G, self.feature_map(V_eval).T)
 
+    # -- the linear second stage (ccme.bootstrap) ---------------------------
+    @property
+    def units(self) -> np.ndarray:
+        return self.pseudo["units"]
+
+    def beta(self, V_eval, n_threads: int = 0) -> np.ndarray:
+        """β(v) = Ψ (ΨᵀΨ + nλ₁I)⁻¹ ψ(v), shape (n_units, n_eval)."""
+        return self.feature_map.Psi @ self.coefficients(V_eval)
+
+    def unit_features(self, points, feature: str, kernel, n_threads: int = 0) -> np.ndarray:
+        """P_i(y) = a_i F(Y_i, y) + b_i ⟨μ̂₀(X_i), F(·, y)⟩, μ̂₀(X_i) = Σ_j (P₀ ψ₀(X_i))_j φ(Y0_j)."""
+        name, bw = kernel.name, kernel.bandwidth_array
+        P = self.pseudo["a"][:, None] * _backend.atom_features(self.pseudo["Y1"], points, feature, name, bw, n_threads)
+        if "U" in self.pseudo:  # U = D_b Ψ̂₀₁ᵀ already carries b
+            F0 = _backend.atom_features(self.pseudo["Y0"], points, feature, name, bw, n_threads)
+            P = P + self.pseudo["U"] @ (self.pseudo["P0"].T @ F0)
+        return P
+
+    def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
+        """(I − H) P with H = Ψ (ΨᵀΨ + nλ₁I)⁻¹ Ψᵀ, the second stage's hat matrix (in M dimensions)."""
+        Psi = self.feature_map.Psi
+        return P - Psi @ np.linalg.solve(self.feature_map.G, Psi.T @ P)
+
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.DeepFeatureFoldArm"
-    STATE_VERSION = 1
+    STATE_VERSION = 2  # 2: the pseudo-outcomes hold the second stage's units (bootstrap)
     _STATE_FIELDS = ("atoms", "loadings", "history", "pseudo", "jitter", "network", "Psi", "G", "network_history")
 
     def to_state(self) -> dict:
@@ -467,7 +497,8 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
         gram = PseudoOutcomeGram(np.ones(len(rows)), Y[rows], kernel)
         fmap = fit_feature_map(V[rows], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
                                stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
-        return DeepFeatureFoldArm(Y[rows], fmap.Psi, fmap, {1: fmap.history}, {"a": np.ones(len(rows)), "Y1": Y[rows]})
+        return DeepFeatureFoldArm(Y[rows], fmap.Psi, fmap, {1: fmap.history},
+                                  {"a": np.ones(len(rows)), "Y1": Y[rows], "units": rows})
     a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
     Y1 = Y[target]
@@ -487,7 +518,7 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
     history[2] = fmap.history
     direct = a != 0
     atoms, loadings = [Y1[direct]], [a[direct, None] * fmap.Psi[direct]]
-    pseudo = {"a": a, "Y1": Y1}
+    pseudo = {"a": a, "Y1": Y1, "units": target}
     if U is not None:
         atoms.append(Y[rows0])
         loadings.append(P0 @ (U.T @ fmap.Psi))
@@ -501,6 +532,7 @@ class DeepFeatureEstimator(NeuralEstimator):
     name = "deep_feature"
     title = "deep feature"
     build_arm = staticmethod(build_deep_feature_arm)
+    supports_bootstrap = True  # the second stage is ridge in the learned features (DeepFeatureFoldArm)
     defaults = DEEP_FEATURE_DEFAULTS
     aliases = {"lam": ("lam0", "lam1")}
 
