@@ -242,7 +242,7 @@ def test_bootstrap_needs_ridge(res):
     atoms = np.zeros((3, 1))
     fake = dataclasses.replace(res, method="neural", embeddings={
         a: ccme.Embedding([_PointMass(atoms)], res.embedding(1).y_kernel) for a in (1, 0)})
-    with pytest.raises(ParameterError, match=r"linear second stage \(method in \['ridge'\]\).*method='neural'"):
+    with pytest.raises(ParameterError, match=r"linear second stage \(method in \['deep_feature', 'ridge'\]\).*method='neural'"):
         fake.test_effect(newdata=PAPER_PROFILES, n_boot=49, seed=0)
 
 
