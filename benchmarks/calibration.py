@@ -7,6 +7,7 @@ long: run it in the background)::
     PYTHONPATH=src nohup python benchmarks/calibration.py power > /tmp/cal-power.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py bands > /tmp/cal-bands.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py effects > /tmp/cal-effects.log &
+    PYTHONPATH=src nohup python benchmarks/calibration.py shape > /tmp/cal-shape.log &
 
 Fits use the fixed default hyperparameters (``tune="none"``), so the numbers
 describe the bootstrap, not the tuning.  ``size`` and ``power`` use :func:`scale_data` (confounded, V = x1; Y¹ has
@@ -39,18 +40,20 @@ PAPER_FORMULA = "y ~ a | x1 + x2 + x3 + x4 + x5 | x6 + x7 + x8 + x9 + x10"
 SCALE_PROFILES = pd.DataFrame({"x1": [-1.0, 0.0, 1.0]}, index=["x1=-1", "x1=0", "x1=1"])
 
 
-def scale_data(n: int, scale: float, seed) -> pd.DataFrame:
-    """X ~ N(0, I₃), π(X) = expit(0.7 x1 − 0.7 x2), Y⁰ = x1 + x2 + ε, Y¹ = x1 + x2 + scale·ε, ε ~ N(0, 1).
+def scale_data(n: int, scale: float, seed, shift: float = 0.0) -> pd.DataFrame:
+    """X ~ N(0, I₃), π(X) = expit(0.7 x1 − 0.7 x2), Y⁰ = x1 + x2 + ε, Y¹ = x1 + x2 + shift + scale·ε, ε ~ N(0, 1).
 
     x2 confounds (it drives both the treatment and the outcome); given V = x1
-    the arms have the same law iff ``scale == 1``.
+    the arms have the same law iff ``scale == 1`` and ``shift == 0``; the
+    effect is a pure location shift iff ``scale == 1``; Y¹ dominates Y⁰ iff
+    ``scale == 1`` and ``shift >= 0``.
     """
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, 3))
     a = rng.binomial(1, expit(0.7 * X[:, 0] - 0.7 * X[:, 1]))
     eps = rng.standard_normal(n)
     base = X[:, 0] + X[:, 1]
-    y = np.where(a == 1, base + scale * eps, base + eps)
+    y = np.where(a == 1, base + shift + scale * eps, base + eps)
     return pd.DataFrame({"y": y, "a": a, "x1": X[:, 0], "x2": X[:, 1], "x3": X[:, 2]})
 
 
@@ -179,9 +182,30 @@ def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9
     }
 
 
+def shape_rejections(n: int, reps: int, *, hypothesis: str, scale: float, shift: float, n_boot: int = 199,
+                     seed0: int = 0):
+    """Rejection rates at 5% and 10% of ``test_dominance`` / ``test_location_shift`` at x1 = 0 and globally."""
+    point, glob = [], []
+    for r in range(reps):
+        data = scale_data(n, scale, seed0 + r, shift=shift)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
+            run = res.test_dominance if hypothesis == "dominance" else res.test_location_shift
+            test = run(newdata=SCALE_PROFILES, n_boot=n_boot)
+        point.append(test.table["p_value"].iloc[1])
+        glob.append(test.p_value)
+    point, glob = np.array(point), np.array(glob)
+    return {
+        "hypothesis": hypothesis, "n": n, "scale": scale, "shift": shift, "reps": reps, "n_boot": n_boot,
+        "point_0.05": float(np.mean(point <= 0.05)), "point_0.10": float(np.mean(point <= 0.10)),
+        "global_0.05": float(np.mean(glob <= 0.05)), "global_0.10": float(np.mean(glob <= 0.10)),
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["size", "power", "bands", "effects"])
+    parser.add_argument("part", choices=["size", "power", "bands", "effects", "shape"])
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--n", type=int, nargs="+", default=None, help="sample sizes")
     args = parser.parse_args(argv)
@@ -195,9 +219,17 @@ def main(argv=None):
         settings = [dict(n=n, reps=args.reps or 100, feature=f) for n in (args.n or (1000, 2000))
                     for f in ("density", "cdf")]
         run = band_coverage
-    else:
+    elif args.part == "effects":
         settings = [dict(n=n, reps=args.reps or 100) for n in (args.n or (1000, 2000))]
         run = effect_coverage
+    else:
+        # size at the least favourable null (equal laws) and inside the null (a positive shift / a shift),
+        # power against crossing CDFs (a wider treated law)
+        cases = [("dominance", 1.0, 0.0), ("dominance", 1.0, 0.5), ("dominance", 2.0, 0.0),
+                 ("location", 1.0, 1.0), ("location", 2.0, 0.0)]
+        settings = [dict(n=n, reps=args.reps or 100, hypothesis=h, scale=s, shift=d)
+                    for n in (args.n or (1000,)) for h, s, d in cases]
+        run = shape_rejections
     for s in settings:
         start = time.time()
         out = run(**s)

@@ -289,14 +289,15 @@ class EffectTest:
     table: pd.DataFrame
     statistic_name: str
     n_boot: int
+    hypothesis: str = "p(Y1 | V=v) = p(Y0 | V=v)"
 
     def __repr__(self) -> str:
-        return (f"<ccme.EffectTest: H0 p(Y1 | V=v) = p(Y0 | V=v), {self.statistic_name}, "
+        return (f"<ccme.EffectTest: H0 {self.hypothesis}, {self.statistic_name}, "
                 f"{len(self.table)} V-point(s): statistic {self.statistic:.4g}, p-value {self.p_value:.4g}>")
 
     def __str__(self) -> str:
         return (
-            f"Test of H0: p(Y1 | V=v) = p(Y0 | V=v) ({self.statistic_name}, multiplier bootstrap, "
+            f"Test of H0: {self.hypothesis} ({self.statistic_name}, multiplier bootstrap, "
             f"{self.n_boot} draws)\n"
             f"global (mean over {len(self.table)} V-points): statistic {self.statistic:.4g}, "
             f"p-value {self.p_value:.4g}\n" + self.table.to_string(float_format=lambda x: f"{x:.4g}")
@@ -565,3 +566,84 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
         out[term] = [_interval(estimate[:, j], centre[term][:, j], stars[term][:, j], level, floor)
                      for j in range(estimate.shape[1])]
     return out
+
+
+# ---------------------------------------------------------------------------
+# tests of stochastic dominance and of a constant (location-shift) effect
+# ---------------------------------------------------------------------------
+#: Points of the grid on which the CDF processes of the dominance and location-shift tests are evaluated.
+TEST_GRID = 401
+
+
+def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed) -> EffectTest:
+    """The multiplier-bootstrap tests of first-order stochastic dominance and of a pure location shift.
+
+    Both work on the normalised CDFs F̂_a(y | v) of the two arms on a grid
+    over the data (:data:`TEST_GRID` points, the margin of :mod:`ccme.grids`),
+    perturbed by the multiplier bootstrap of :func:`_linear` (one multiplier
+    per unit in both arms), as R's ``Counterfactual`` package tests these
+    hypotheses with its bootstrap of the counterfactual processes
+    (Chernozhukov, Fernández-Val & Melly, 2013).
+
+    - ``"dominance"``: H0: Y¹ first-order stochastically dominates Y⁰ at v,
+      F₁(y | v) ≤ F₀(y | v) for every y.  T(v) = sup_y (F̂₁ − F̂₀)(y)⁺; critical
+      values from the least favourable null F₁ = F₀, where the process is
+      the centred bootstrap difference: T*(v) = sup_y (Δ̂* − Δ̂)(y)⁺.
+    - ``"location"``: H0: Y¹ =ᵈ Y⁰ + δ(v) at v (the effect is a pure shift).
+      δ̂ is the difference of means; T(v) = sup_y |F̂₁(y) − F̂₀(y − δ̂)|, and
+      T*(v) = sup_y |(F̂₁* − F̂₁)(y) − (F̂₀*(y − δ̂*) − F̂₀(y − δ̂))|, with δ̂* recomputed
+      from each draw's means (F̂₀ at shifted points by linear interpolation).
+
+    The global statistic is the mean of T(v) over the V-points, with the
+    mean of T*(v) as its bootstrap distribution; p-values (1 + #{T* ≥ T}) / (1 + n_boot).
+    """
+    _check_boot(n_boot)
+    if hypothesis not in ("dominance", "location"):
+        raise ParameterError(f"`hypothesis` must be 'dominance' or 'location'; got {hypothesis!r}")
+    if res.design.Y.shape[1] != 1:
+        raise DataError("the dominance and location-shift tests are defined for a one-dimensional outcome")
+    g = _multipliers(res.n, n_boot, seed)
+    grid = res.fine_grid(TEST_GRID)
+    kernels = {arm: res.embedding(arm).y_kernel for arm in (1, 0)}
+    lin = {arm: _linear(res, arm, V, grid[:, None], "cdf", kernels[arm]) for arm in (1, 0)}
+    lin_m = {arm: _linear(res, arm, V, np.zeros((0, 1)), "moments", Kernel("gaussian", (1.0,))) for arm in (1, 0)}
+    raw = {arm: sum(p.estimate() for p in lin[arm]) for arm in (1, 0)}
+    mom = {arm: sum(p.estimate() for p in lin_m[arm]) for arm in (1, 0)}
+
+    def shifted(F, delta):
+        """F(y − δ) on the grid, rows of F against per-row δ (0 and 1 beyond the grid's ends)."""
+        out = np.empty_like(F)
+        for r in range(F.shape[0]):
+            out[r] = np.interp(grid - delta[r], grid, F[r], left=0.0, right=1.0)
+        return out
+
+    observed = np.empty(len(V))
+    boot = np.empty((len(V), n_boot))
+    for e in range(len(V)):
+        F = {arm: normalized_cdf(raw[arm][e][None, :], mom[arm][e, 0]) for arm in (1, 0)}
+        Fs = {arm: normalized_cdf(raw[arm][e] + sum(p.perturb(g, e) for p in lin[arm]),
+                                  (mom[arm][e, 0] + sum(p.perturb(g, e) for p in lin_m[arm])[:, :1]))
+              for arm in (1, 0)}
+        if hypothesis == "dominance":
+            diff = F[1] - F[0]
+            observed[e] = max(float(diff.max()), 0.0)
+            boot[e] = np.maximum((Fs[1] - Fs[0] - diff).max(axis=1), 0.0)
+        else:
+            mean = {arm: mom[arm][e, 1] / mom[arm][e, 0] for arm in (1, 0)}
+            delta = mean[1] - mean[0]
+            zm = {arm: mom[arm][e] + sum(p.perturb(g, e) for p in lin_m[arm]) for arm in (1, 0)}
+            delta_star = zm[1][:, 1] / zm[1][:, 0] - zm[0][:, 1] / zm[0][:, 0]
+            F0_shift = shifted(F[0], np.array([delta]))
+            observed[e] = float(np.abs(F[1] - F0_shift).max())
+            process = (Fs[1] - F[1]) - (shifted(Fs[0], delta_star) - F0_shift)
+            boot[e] = np.abs(process).max(axis=1)
+    pvals = (1.0 + np.sum(boot >= observed[:, None], axis=1)) / (1.0 + n_boot)
+    global_stat = float(observed.mean())
+    global_p = float((1.0 + np.sum(boot.mean(axis=0) >= global_stat)) / (1.0 + n_boot))
+    table = pd.DataFrame({"statistic": observed, "p_value": pvals}, index=pd.Index(list(index), name="profile"))
+    if hypothesis == "dominance":
+        name, text = "sup of (F1 - F0)+", "Y1 dominates Y0 at first order given V=v (F1 <= F0)"
+    else:
+        name, text = "sup |F1(y) - F0(y - delta)|", "Y1 = Y0 + delta(v) in law given V=v (a location shift)"
+    return EffectTest(statistic=global_stat, p_value=global_p, table=table, statistic_name=name,
+                      n_boot=int(n_boot), hypothesis=text)

@@ -132,6 +132,16 @@ class CCMEResult:
         """Cross-fitted π̂(X_i) before clipping (each unit's score comes from the fold that left it out)."""
         return self.overlap.scores.copy()
 
+    @property
+    def propensity_report(self):
+        """How π was estimated: the learner, ``"auto"``'s choice and CV log-losses per fold, and the calibration.
+
+        A :class:`ccme.propensity_selection.PropensityReport` (Brier score,
+        log-loss, reliability curve of the cross-fitted scores); None for a
+        result saved before it existed.
+        """
+        return self.overlap.report
+
     def __repr__(self) -> str:
         n1, n0 = self.n_arm[1], self.n_arm[0]
         v = ", ".join(self.design.v_variables)
@@ -922,14 +932,110 @@ class CCMEResult:
         from .bootstrap import test_effect
 
         seed = self.seed if seed is None else seed
+        V, index = self._test_points(newdata, seed, n_global)
+        return test_effect(self, V, index, statistic=statistic, n_boot=n_boot, seed=seed)
+
+    def _test_points(self, newdata, seed, n_global):
+        """The V-points of a test: ``n_global`` training rows drawn with ``seed`` for None, else ``newdata``."""
         if newdata is None:
             rng = np.random.default_rng(seed)
             rows = np.sort(rng.choice(self.n, size=min(int(n_global), self.n), replace=False))
-            V, index = self.design.V[rows], list(rows)
-        else:
-            frame, index = self._frame(newdata)
-            V = self._v(frame)
-        return test_effect(self, V, index, statistic=statistic, n_boot=n_boot, seed=seed)
+            return self.design.V[rows], list(rows)
+        frame, index = self._frame(newdata)
+        return self._v(frame), index
+
+    def test_dominance(self, *, newdata=None, n_boot=499, seed=None, n_global=50):
+        """Test H0: Y¹ first-order stochastically dominates Y⁰ given V = v (F₁(y | v) ≤ F₀(y | v) for all y).
+
+        T(v) = sup_y (F̂₁ − F̂₀)(y)⁺ on a grid over the data, calibrated by the
+        multiplier bootstrap at the least favourable null F₁ = F₀
+        (:func:`ccme.bootstrap.shape_test`); a small p-value says that Y¹ is
+        not larger than Y⁰ everywhere in distribution.  Swap the roles by
+        reading ``1 − F``: test Y⁰ ≥ Y¹ by fitting with the other treated level.
+        Size and power: ``benchmarks/calibration.py shape``.
+
+        Parameters
+        ----------
+        newdata : DataFrame, "profiles" or None, default None
+            V-points to test at; None: ``n_global`` training rows drawn with ``seed``.
+        n_boot : int, default 499
+            Bootstrap draws.
+        seed : int or None, default None
+            Seeds the multipliers (and the V-points for ``newdata=None``); None: the fit's seed.
+        n_global : int, default 50
+            Training rows tested at when ``newdata`` is None.
+
+        Returns
+        -------
+        ccme.EffectTest
+            Per V-point statistics and p-values, and the global test (mean of T(v)).
+
+        Raises
+        ------
+        ParameterError
+            A method without a linear second stage, or ``n_boot`` below 10.
+        DataError
+            A multivariate outcome, or ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> test = res.test_dominance(newdata=ccme.datasets.PAPER_PROFILES, n_boot=49)
+        >>> type(test).__name__, test.table.shape
+        ('EffectTest', (2, 2))
+        """
+        from .bootstrap import shape_test
+
+        seed = self.seed if seed is None else seed
+        V, index = self._test_points(newdata, seed, n_global)
+        return shape_test(self, V, index, hypothesis="dominance", n_boot=n_boot, seed=seed)
+
+    def test_location_shift(self, *, newdata=None, n_boot=499, seed=None, n_global=50):
+        """Test H0: the effect at V = v is a pure location shift, Y¹ =ᵈ Y⁰ + δ(v).
+
+        δ̂(v) is the difference of means; T(v) = sup_y |F̂₁(y | v) − F̂₀(y − δ̂ | v)|,
+        calibrated by the multiplier bootstrap of the centred process with δ̂
+        re-estimated in each draw (:func:`ccme.bootstrap.shape_test`), the
+        constant-effect test of R's ``Counterfactual`` package.  A small p-value
+        says the treatment changes the shape of the distribution, not only its
+        location.  Size and power: ``benchmarks/calibration.py shape``.
+
+        Parameters
+        ----------
+        newdata : DataFrame, "profiles" or None, default None
+            V-points to test at; None: ``n_global`` training rows drawn with ``seed``.
+        n_boot : int, default 499
+            Bootstrap draws.
+        seed : int or None, default None
+            Seeds the multipliers (and the V-points for ``newdata=None``); None: the fit's seed.
+        n_global : int, default 50
+            Training rows tested at when ``newdata`` is None.
+
+        Returns
+        -------
+        ccme.EffectTest
+
+        Raises
+        ------
+        ParameterError
+            A method without a linear second stage, or ``n_boot`` below 10.
+        DataError
+            A multivariate outcome, or ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> test = res.test_location_shift(newdata=ccme.datasets.PAPER_PROFILES, n_boot=49)
+        >>> test.table.columns.tolist()
+        ['statistic', 'p_value']
+        """
+        from .bootstrap import shape_test
+
+        seed = self.seed if seed is None else seed
+        V, index = self._test_points(newdata, seed, n_global)
+        return shape_test(self, V, index, hypothesis="location", n_boot=n_boot, seed=seed)
 
     def bands(self, level=0.9, *, newdata=PROFILES, arm=1, y=None, feature="density", n_boot=499, seed=None):
         """Pointwise and simultaneous bootstrap bands for the smoothed density or CDF (linear second stages).
@@ -1117,6 +1223,39 @@ class CCMEResult:
         from .plotting import plot_overlap
 
         return plot_overlap(self, ax=ax, bins=bins)
+
+    def plot_calibration(self, *, ax=None):
+        """Reliability diagram of the cross-fitted propensity scores (treated share against mean score per bin).
+
+        Points on the diagonal are calibrated scores; the title gives the
+        Brier score and the learner (:attr:`propensity_report`).
+
+        Parameters
+        ----------
+        ax : matplotlib Axes or None, default None
+            Axes to draw on; None: a new figure.
+
+        Returns
+        -------
+        matplotlib Axes
+
+        Raises
+        ------
+        NotFittedError
+            For a result without a propensity report.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none",
+        ...                propensity="logistic", seed=1)
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> type(res.plot_calibration()).__name__
+        'Axes'
+        """
+        from .plotting import plot_calibration
+
+        return plot_calibration(self, ax=ax)
 
     def plot_cdf(self, *, newdata=PROFILES, arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None,
                  **kwargs):
