@@ -186,6 +186,19 @@ class Bands:
         dict
             ``"estimate"``, ``"lower"``, ``"upper"``, ``"lower_simultaneous"``,
             ``"upper_simultaneous"``: arrays (n_v, G) on the curve's scale.
+
+        Raises
+        ------
+        ParameterError
+            For density bands made without the estimate's mass.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> bands = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, n_boot=29)
+        >>> sorted(bands.on_the_curve())
+        ['estimate', 'lower', 'lower_simultaneous', 'upper', 'upper_simultaneous']
         """
         names = ("estimate", "lower", "upper", "lower_simultaneous", "upper_simultaneous")
         values = {name: getattr(self, name) for name in names}
