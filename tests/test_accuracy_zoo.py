@@ -167,3 +167,24 @@ def test_eval_points_have_v_columns(name):
     else:
         assert len(v) == 10
         pd.testing.assert_frame_equal(v, case.eval_points(10, 1))
+
+
+@pytest.mark.parametrize("name", ["mixture_v3", "bivariate", "nhefs_sex"])
+def test_metric_grid_holds_the_truth(name):
+    """The runner's grid carries the whole exact mass; the ISE of the truth is 0; the KDE baseline is a density."""
+    from benchmarks.accuracy.metrics import ise, normalise_2d, outcome_grid, weighted_kde
+
+    case = CASES[name]
+    data, truth = case.simulate(_small_n(case), 2)
+    v = case.eval_points(5, 1).iloc[:5]
+    grid = outcome_grid(case, data, v, size=400 if case.dim_y == 1 else 70)
+    for arm in (1, 0):
+        p = case.density(grid.points, v, arm)
+        np.testing.assert_allclose(grid.integrate(p), 1.0, atol=1e-3 if case.dim_y == 2 else 1e-6)
+        assert np.all(ise(p, p, grid) == 0.0)
+        units = (data["a"] == arm).to_numpy()
+        kde = weighted_kde(data.loc[units, case.outcome_columns].to_numpy(), 1.0 / truth["ps"].to_numpy()[units],
+                           grid)
+        assert abs(grid.integrate(kde[None, :])[0] - 1.0) < 1e-2
+        if case.dim_y == 2:
+            np.testing.assert_allclose(grid.integrate(normalise_2d(2.0 * p, grid)), 1.0, atol=1e-12)

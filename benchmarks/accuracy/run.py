@@ -28,7 +28,8 @@ Configurations (``--methods``, comma-separated keys; default all):
 
 Results go to a resumable CSV (``--out``; one row per case × configuration ×
 seed, rows already there for the same case, configuration, seed, n and
-number of V-points are not recomputed) with ccme's git commit; the tables
+number of V-points (and, for the oracle, the same grid) are not recomputed)
+with ccme's git commit and a digest of uncommitted changes in src/; the tables
 are printed and, with ``--report``, written to a file.
 """
 
@@ -37,9 +38,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import hashlib
 import importlib
 import io
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -85,20 +88,33 @@ EVAL_SEED = 20240611    # the V-points: the same for every configuration and see
 CSV_FIELDS = ["case", "split", "config", "label", "seed", "n", "n_eval", "v_points", "ise1", "ise0", "seconds",
               "cpu_seconds",
               "status", "note",
-              "commit", "dirty", "ccme_version", "quick", "finished"]
+              "settings", "commit", "dirty", "src_diff", "ccme_version", "quick", "finished"]
 
 
 # ---------------------------------------------------------------------------------
-def git_commit() -> tuple[str, bool]:
-    """ccme's short commit and whether src/ has uncommitted changes."""
+def git_commit() -> tuple[str, str]:
+    """ccme's short commit, and "" or a digest of the uncommitted changes in src/ and cpp/.
+
+    The digest (SHA-1 of ``git diff HEAD`` and of the untracked files there, 10
+    hex digits) tells whether two runs used the same working tree.
+    """
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=True).stdout
+
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "src", "cpp"], cwd=ROOT,
-                                    capture_output=True, text=True, check=True).stdout.strip())
+        commit = git("rev-parse", "--short", "HEAD").decode().strip()
+        diff = git("diff", "HEAD", "--", "src", "cpp")
+        untracked = git("ls-files", "--others", "--exclude-standard", "--", "src", "cpp").decode().split()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown", False
-    return commit, dirty
+        return "unknown", ""
+    if not diff and not untracked:
+        return commit, ""
+    digest = hashlib.sha1(diff)
+    for name in sorted(untracked):
+        digest.update(name.encode())
+        with contextlib.suppress(OSError):
+            digest.update((ROOT / name).read_bytes())
+    return commit, digest.hexdigest()[:10]
 
 
 def _lambda_grid():
@@ -179,7 +195,7 @@ def run_oracle(problem: Problem, grid: dict):
     failures, notes = 0, []
     for lam, fv, fx, prop in itertools.product(grid["lam"], grid["v_bandwidth"], grid["x_bandwidth"],
                                                grid["propensity"]):
-        tune = {"v_bandwidth": [fv], "x_bandwidth": [fx]}
+        tune = {key: [f] if isinstance(f, (int, float)) else f for key, f in (("v_bandwidth", fv), ("x_bandwidth", fx))}
         if problem.case.dim_y == 1:
             tune["y_bandwidth"] = _y_factors()
         lam_grid = _lambda_grid() if lam == "loo" else [lam]
@@ -216,6 +232,15 @@ def read_rows(path: Path) -> list[dict]:
 def append_row(path: Path, row: dict):
     new = not path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not new:
+        with path.open(newline="") as handle:
+            header = next(csv.reader(handle), [])
+        if header != CSV_FIELDS:  # a CSV of an older runner: rewrite it with today's columns
+            old = read_rows(path)
+            with path.open("w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
+                writer.writeheader()
+                writer.writerows({k: r.get(k, "") for k in CSV_FIELDS} for r in old)
     with path.open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         if new:
@@ -224,7 +249,7 @@ def append_row(path: Path, row: dict):
 
 
 def _key(row) -> tuple:
-    return (row["case"], row["config"], str(row["seed"]), str(row["n"]), str(row["n_eval"]))
+    return (row["case"], row["config"], str(row["seed"]), str(row["n"]), str(row["n_eval"]), row.get("settings") or "")
 
 
 def _fmt(values, digits=4) -> str:
@@ -314,6 +339,10 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None,
                    help="resumable CSV (default results/results.csv; --quick: results/quick.csv)")
     p.add_argument("--report", default=None, help="also write the printed tables here (--quick: results/quick.txt)")
+    p.add_argument("--hand-grid", default=None,
+                   help='JSON replacing the oracle\'s grid, e.g. \'{"lam": ["loo", 0.001], "v_bandwidth": [0.5, 1], '
+                        '"x_bandwidth": [1, "ard"], "propensity": ["default", "forest"]}\' (numbers are factors of the '
+                        'rule bandwidths; other entries are passed to tune= as they are)')
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     return p.parse_args(argv)
 
@@ -343,6 +372,8 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([1] if args.quick else [1, 2, 3, 4, 5])
     n_eval = args.eval_points or (QUICK_EVAL_POINTS if args.quick else EVAL_POINTS)
     hand_grid = QUICK_HAND_GRID if args.quick else HAND_GRID
+    if args.hand_grid:
+        hand_grid = {**hand_grid, **json.loads(args.hand_grid)}
     out = Path(args.out) if args.out else HERE / "results" / ("quick.csv" if args.quick else "results.csv")
     report = Path(args.report) if args.report else (HERE / "results" / "quick.txt" if args.quick else None)
     commit, dirty = git_commit()
@@ -350,7 +381,7 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     header = [f"ccme accuracy zoo — ccme {ccme.__version__}, commit {commit}"
-              f"{' + uncommitted changes in src/' if dirty else ''}"
+              f"{f' + uncommitted changes in src/ (digest {dirty})' if dirty else ''}"
               f", {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f} at the start",
               f"mode: {'quick' if args.quick else 'full'}; seeds {seeds}; V-points {n_eval}; hand grid {hand_grid}",
@@ -369,7 +400,8 @@ def main(argv=None) -> int:
             problem = None
             for config in configs:
                 n_label = n if n is not None else len(case.table)
-                key = (case.name, config, str(seed), str(n_label), str(n_eval))
+                settings = json.dumps(hand_grid) if config == "oracle_grid" else ""
+                key = (case.name, config, str(seed), str(n_label), str(n_eval), settings)
                 if key in done:
                     case_rows.append(done[key])
                     continue
@@ -377,7 +409,8 @@ def main(argv=None) -> int:
                     problem = Problem(case, n, seed, n_eval)
                 commit, dirty = git_commit()  # per row: others may commit while the zoo runs
                 row = {"case": case.name, "split": case.split, "config": config, "label": CONFIGS[config][0],
-                       "seed": seed, "n": n_label, "n_eval": n_eval, "commit": commit, "dirty": int(dirty),
+                       "seed": seed, "n": n_label, "n_eval": n_eval, "commit": commit, "dirty": int(bool(dirty)),
+                       "src_diff": dirty, "settings": settings,
                        "ccme_version": ccme.__version__, "quick": int(args.quick)}
                 cpu = time.process_time()
                 try:
