@@ -158,7 +158,7 @@ def test_clipping_warning_counts(data):
     scores = np.clip(data["ps"].to_numpy(), 0.001, 1)
     scores[:5] = 0.001
     with pytest.warns(ccme.OverlapWarning, match=r"clipped to \[0.01, 0.99\] \(\d+ below"):
-        res = ccme.fit(F, data, propensity=scores, seed=1)
+        res = ccme.fit(F, data, propensity=scores, seed=1, clip=0.01)
     assert res.overlap.n_clipped_low >= 5
 
 

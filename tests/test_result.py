@@ -22,7 +22,7 @@ def test_repr_is_short(res):
 def test_summary_prints_like_r(res):
     s = res.summary()
     text = str(s)
-    for piece in ["Call:", "ccme.fit(", "Kernels:", "bandwidth", "(median)", "(silverman", "lambda0", "lambda1",
+    for piece in ["Call:", "ccme.fit(", "Kernels:", "bandwidth", "(median, per-group", "(silverman", "lambda0", "lambda1",
                   "Propensity:", "random forest", "Effective n", "Clipped", "mean Y1", "sd Y0", "q25", "q75"]:
         assert piece in text, piece
     assert "<table>" in s._repr_html_()

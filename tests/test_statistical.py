@@ -47,7 +47,7 @@ def ise(mode, propensity="forest", drop_x6=False):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ccme.OverlapWarning)
         res = ccme.fit(
-            FORMULA, data, mode=mode, propensity=propensity, seed=SEED,
+            FORMULA, data, mode=mode, propensity=propensity, seed=SEED, clip=0.01,  # the clip of the measurements
             outcome_covariates=NO_X6 if drop_x6 else None,
         )
     return paper_simulation_ise(res, arm=1, n_test=500, seed=SEED)

@@ -130,7 +130,7 @@ def trim_folds(fold_list, kept, A, mode, trim) -> list[Fold]:
     return out
 
 
-def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list) -> np.ndarray:
+def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list, *, selections: list | None = None) -> np.ndarray:
     """π̂(X_i) for every unit from the propensity model fitted on the folds that leave it out.
 
     Parameters
@@ -140,6 +140,10 @@ def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list) -> np.ndar
         The propensity model's covariates.
     A : ndarray (n,)
     fold_list : list of Fold
+    selections : list, optional
+        Receives, per fold, what the model's fit reports (``propensity="auto"``:
+        its :class:`ccme.propensity_selection.FoldSelection`, made on the
+        fold's nuisance part only; otherwise None).
 
     Returns
     -------
@@ -148,7 +152,10 @@ def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list) -> np.ndar
     """
     scores = np.empty(len(A))
     for fold in fold_list:
-        scores[fold.target] = model.fit_predict(Xp[fold.nuisance], A[fold.nuisance], Xp[fold.target], fold.target)
+        scores[fold.target], selection = model.fit_predict_report(Xp[fold.nuisance], A[fold.nuisance],
+                                                                  Xp[fold.target], fold.target)
+        if selections is not None:
+            selections.append(selection)
     return scores
 
 

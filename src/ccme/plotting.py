@@ -7,7 +7,7 @@ import pandas as pd
 
 from .errors import ParameterError
 
-__all__ = ["plot_densities", "plot_cdfs", "plot_effect", "plot_overlap"]
+__all__ = ["plot_densities", "plot_cdfs", "plot_effect", "plot_overlap", "plot_calibration"]
 
 _ARM_STYLE = {1: "-", 0: "--"}
 _ARM_LABEL = {1: "Y¹", 0: "Y⁰"}
@@ -166,6 +166,35 @@ def plot_overlap(res, *, ax=None, bins=30):
     ax.set_ylabel("units")
     ax.set_title(f"overlap: {res.overlap.n_clipped} score(s) clipped to [{res.clip:g}, {1 - res.clip:g}]")
     ax.legend(fontsize="small")
+    return ax
+
+
+def plot_calibration(res, *, ax=None):
+    """Reliability diagram: per score bin, the share of treated units against the mean cross-fitted score.
+
+    Marker areas grow with the bin's units; the diagonal is perfect
+    calibration.  From :attr:`ccme.CCMEResult.propensity_report`.
+    """
+    from .errors import NotFittedError
+
+    report = res.propensity_report
+    if report is None:
+        raise NotFittedError("this result holds no propensity report (fit it again with this ccme)")
+    ax = _axes(ax)
+    seen = report.bin_count > 0
+    ax.plot([0.0, 1.0], [0.0, 1.0], color="0.6", ls="--", lw=1.0, label="perfect calibration")
+    size = 20.0 + 180.0 * report.bin_count[seen] / max(int(report.bin_count.max()), 1)
+    ax.plot(report.bin_score[seen], report.bin_treated[seen], "-", color="C3", lw=1.2)
+    ax.scatter(report.bin_score[seen], report.bin_treated[seen], s=size, color="C3", zorder=3,
+               label="bins of the cross-fitted scores (area: units)")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("mean cross-fitted propensity score in the bin")
+    ax.set_ylabel("share treated in the bin")
+    learner = ", ".join(dict.fromkeys(report.chosen)) if report.selections else report.learner
+    ax.set_title(f"propensity calibration ({learner}): Brier {report.brier:.3g} "
+                 f"(constant {report.brier_constant:.3g})")
+    ax.legend(fontsize="small", loc="upper left")
     return ax
 
 

@@ -20,70 +20,66 @@ __all__ = ["PropensityModel", "Overlap", "make_propensity", "overlap_diagnostics
 
 @dataclass(frozen=True)
 class PropensityModel:
-    """What estimates π: a learner (sklearn classifier) or known scores."""
+    """What estimates π: a learner (sklearn classifier) or known scores.
+
+    ``key`` is the name the user gave (``"auto"``, ``"logistic"``, ...), the
+    class name of a classifier, or ``"known scores"``.
+    """
 
     name: str
     learner: object = None
     known: np.ndarray | None = None
+    key: str = ""
 
     def fit_predict(self, X_train, A_train, X_test, rows_test) -> np.ndarray:
         """Fit on (X_train, A_train) and return P(A = 1) at X_test."""
+        return self.fit_predict_report(X_train, A_train, X_test, rows_test)[0]
+
+    def fit_predict_report(self, X_train, A_train, X_test, rows_test):
+        """:meth:`fit_predict` and what the fit reports: the ``"auto"`` selection (a FoldSelection) or None."""
         if self.known is not None:
-            return self.known[rows_test]
+            return self.known[rows_test], None
         from sklearn.base import clone
 
-        model = clone(self.learner)
-        with warnings.catch_warnings():
-            # A non-converged logistic fit on separable data is reported by the
-            # positivity check and the clipping warning below, in our words.
-            warnings.filterwarnings("ignore", message=".*did not converge.*")
-            warnings.filterwarnings("ignore", message=".*lbfgs failed.*")
-            model.fit(X_train, A_train)
-        classes = list(model.classes_)
-        if 1 not in classes:
-            return np.zeros(len(X_test))
-        return model.predict_proba(X_test)[:, classes.index(1)]
+        from .propensity_selection import AutoPropensity, _proba1, _quiet_fit
+
+        # A non-converged logistic fit on separable data is reported by the
+        # positivity check and the clipping warning below, in our words.  The
+        # named learners run on one thread (see propensity_selection._quiet_fit);
+        # a user's classifier keeps its own threading.
+        named = self.key in PROPENSITY_NAMES
+        model = _quiet_fit(clone(self.learner), X_train, A_train, one_thread=named)
+        selection = model.selection_ if isinstance(model, AutoPropensity) else None
+        return _proba1(model, X_test, one_thread=named), selection
+
+
+#: The names ``propensity=`` takes.
+PROPENSITY_NAMES = ("auto", "logistic", "logistic_cv", "boosting", "forest")
+_PROPENSITY_CHOICES = "'auto', 'logistic', 'logistic_cv', 'boosting', 'forest', a scikit-learn classifier or an array of scores"
 
 
 def make_propensity(spec, n: int, seed) -> PropensityModel:
-    """Interpret ``propensity=``: "logistic", "forest", a classifier, or known scores."""
+    """Interpret ``propensity=``: a name of :data:`PROPENSITY_NAMES`, a classifier, or known scores."""
+    from .propensity_selection import LEARNERS, make_learner
+
     if isinstance(spec, str):
-        if spec == "logistic":
-            from sklearn.linear_model import LogisticRegression
-            from sklearn.pipeline import make_pipeline
-            from sklearn.preprocessing import StandardScaler
-
-            # An unpenalised logistic regression (R's glm) on standardised columns.
-            learner = make_pipeline(StandardScaler(), LogisticRegression(C=np.inf, max_iter=2000))
-            return PropensityModel("logistic regression", learner)
-        if spec == "forest":
-            from sklearn.ensemble import RandomForestClassifier
-
-            learner = RandomForestClassifier(n_estimators=100, max_depth=4, random_state=_int_seed(seed))
-            return PropensityModel("random forest (100 trees, max_depth 4)", learner)
-        raise ParameterError(
-            f"`propensity` must be 'logistic', 'forest', a scikit-learn classifier or an array of scores; got {spec!r}"
-        )
+        if spec not in PROPENSITY_NAMES:
+            raise ParameterError(f"`propensity` must be {_PROPENSITY_CHOICES}; got {spec!r}")
+        # "logistic regression" and the forest's name are those of the results before "auto".
+        name = {"auto": "auto (Super Learner: log-loss stack of logistic_cv, boosting, forest)",
+                "logistic": "logistic regression"}.get(spec) or LEARNERS[spec]
+        return PropensityModel(name, make_learner(spec, seed), key=spec)
     if hasattr(spec, "fit") and hasattr(spec, "predict_proba"):
-        return PropensityModel(type(spec).__name__, spec)
+        return PropensityModel(type(spec).__name__, spec, key=type(spec).__name__)
     try:
         scores = np.asarray(spec, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ParameterError(
-            f"`propensity` must be 'logistic', 'forest', a scikit-learn classifier or an array of scores; "
-            f"got {type(spec).__name__}"
-        ) from None
+        raise ParameterError(f"`propensity` must be {_PROPENSITY_CHOICES}; got {type(spec).__name__}") from None
     if scores.shape != (n,):
         raise ParameterError(f"`propensity` scores must have one value per row ({n}); got shape {scores.shape}")
     if not np.all((scores >= 0) & (scores <= 1)):
         raise ParameterError("`propensity` scores must lie in [0, 1]")
-    return PropensityModel("known scores", known=scores.copy())
-
-
-def _int_seed(seed) -> int | None:
-    if seed is None:
-        return None
-    return int(np.random.default_rng(seed).integers(2**31 - 1))
+    return PropensityModel("known scores", known=scores.copy(), key="known scores")
 
 
 @dataclass(frozen=True)
@@ -100,32 +96,45 @@ class Overlap:
     kept: np.ndarray | None = None  # units whose score lies in [trim, 1 - trim] (None: no trimming)
     n_trimmed_low: int = 0
     n_trimmed_high: int = 0
+    clip_rule: str = "given"    # where ``clip`` came from: "given", or the rule of clip="auto" with its inputs
+    report: object = None       # ccme.propensity_selection.PropensityReport: the learner, its choice, calibration
+    normalized: bool = False    # whether the weights were Hájek-normalised per fold and arm (fit(normalize_weights=))
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    #: Version 2 added ``clip_rule``, ``report`` and ``normalized``.
     STATE_SCHEMA = "ccme.Overlap"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
     _COUNTS = ("n_clipped_low", "n_clipped_high", "n_trimmed_low", "n_trimmed_high")
 
     def to_state(self) -> dict:
         """The diagnostics as a versioned state for :mod:`ccme.io` (the per-arm dicts keyed ``"1"``/``"0"``)."""
         return make_state(self.STATE_SCHEMA, self.STATE_VERSION, scores=self.scores, clip=self.clip,
                           trim=self.trim, kept=self.kept, ess=str_keys(self.ess), n_arm=str_keys(self.n_arm),
-                          **{name: getattr(self, name) for name in self._COUNTS})
+                          **{name: getattr(self, name) for name in self._COUNTS}, clip_rule=self.clip_rule,
+                          report=None if self.report is None else self.report.to_state(),
+                          normalized=bool(self.normalized))
 
     @classmethod
     def from_state(cls, state) -> "Overlap":
         """Inverse of :meth:`to_state`."""
+        from .propensity_selection import PropensityReport
+
         check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
-                     keys=("scores", "clip", "trim", "kept", "ess", "n_arm", *cls._COUNTS))
+                     keys=("scores", "clip", "trim", "kept", "ess", "n_arm", *cls._COUNTS, "clip_rule", "report",
+                           "normalized"))
         if not isinstance(state["scores"], np.ndarray) or state["scores"].ndim != 1:
             raise FormatError("the stored propensity scores are not a vector")
         kept = state["kept"]
         if kept is not None and not (isinstance(kept, np.ndarray) and kept.shape == state["scores"].shape):
             raise FormatError("the stored trimming mask does not match the propensity scores")
+        if not isinstance(state["clip_rule"], str):
+            raise FormatError("the stored clipping rule is not a text")
+        report = None if state["report"] is None else PropensityReport.from_state(state["report"])
         return cls(state["scores"], state["clip"], state["n_clipped_low"], state["n_clipped_high"],
                    int_keys(state["ess"], what="the effective sample sizes"),
                    int_keys(state["n_arm"], what="the arm sizes"), state["trim"], kept,
-                   state["n_trimmed_low"], state["n_trimmed_high"])
+                   state["n_trimmed_low"], state["n_trimmed_high"], state["clip_rule"], report,
+                   bool(state["normalized"]))
 
     @property
     def n_clipped(self) -> int:
@@ -136,12 +145,101 @@ class Overlap:
         return self.n_trimmed_low + self.n_trimmed_high
 
 
+#: With clip="auto", the positivity check counts the scores outside [POSITIVITY_BOUND, 1 − POSITIVITY_BOUND].
+POSITIVITY_BOUND = 0.01
+
+
 def clip_scores(scores: np.ndarray, clip: float) -> np.ndarray:
     return np.clip(scores, clip, 1.0 - clip)
 
 
+def weight_share_clip(p_arm: np.ndarray) -> float:
+    """The smallest c with max_i 1/max(p_i, c) ≤ Σ_i 1/max(p_i, c) / √m over an arm's m units (0 if c = 0 does).
+
+    With w_i = 1/max(p_i, c), the condition reads c·Σ_i w_i ≥ √m once c ≥
+    min p; g(c) = c·Σ_i w_i = #{p_i ≤ c} + c·Σ_{p_i > c} 1/p_i is continuous,
+    nondecreasing and linear between consecutive sorted p's, so the root is
+    found exactly on the segment where g crosses √m.
+    """
+    # a score of exactly 0 is an infinite weight: it is clipped like a tiny one
+    p = np.sort(np.maximum(np.asarray(p_arm, dtype=np.float64), 1e-15))
+    m = len(p)
+    if m == 0:
+        return 0.0
+    target = np.sqrt(m)
+    # tail[k] = Σ_{j ≥ k} 1/p_(j) (0-based), g at c = p_(k): k + p_(k) · tail[k]
+    tail = np.cumsum((1.0 / p)[::-1])[::-1]
+    g_at = np.arange(m) + p * tail
+    if g_at[0] >= target:
+        return 0.0
+    k = int(np.searchsorted(g_at, target, side="left"))  # g(p_(k-1)) < target ≤ g(p_(k))
+    # on [p_(k-1), p_(k)): g(c) = k + c · tail[k]
+    return float((target - k) / tail[k]) if k < m else float(p[-1])
+
+
+def crump_alpha(scores: np.ndarray) -> float:
+    """The optimal trimming threshold α of Crump, Hotz, Imbens & Mitnik (2009, Biometrika), from the scores.
+
+    With g = 1/(e(1 − e)): α = 0 when sup g ≤ 2 E[g]; otherwise γ solves
+    γ = 2 E[g | g ≤ γ] and α = 1/2 − √(1/4 − 1/γ) (their Theorem 1, with the
+    expectations over the empirical distribution of the scores).  The units
+    with e ∉ [α, 1 − α] are those whose 1/(e(1 − e)), the weight the
+    semiparametric variance bound of an average effect gives them, exceeds
+    twice its average over the units kept.
+
+    The empirical γ is the largest 2·mean(g_(1..k)) with g_(k) ≤ 2·mean(g_(1..k))
+    (g sorted), which solves the equation up to the discreteness of the sample.
+    """
+    e = np.clip(np.asarray(scores, dtype=np.float64), 1e-12, 1.0 - 1e-12)
+    g = np.sort(1.0 / (e * (1.0 - e)))
+    if g.size == 0 or g[-1] <= 2.0 * g.mean():
+        return 0.0
+    means = np.cumsum(g) / np.arange(1, g.size + 1)
+    k = int(np.flatnonzero(g <= 2.0 * means)[-1])
+    gamma = 2.0 * means[k]
+    return float(0.5 - np.sqrt(max(0.25 - 1.0 / gamma, 0.0)))
+
+
+#: clip="auto" never exceeds this: Crump et al.'s rule of thumb [0.1, 0.9], which their α approximates for a
+#: wide range of propensity distributions.
+AUTO_CLIP_MAX = 0.1
+CLIP_RULE = "auto: Crump et al. (2009) alpha"
+
+
+def resolve_clip(clip, scores: np.ndarray, A: np.ndarray, *, trim: float = 0.0):
+    """``fit(clip=)`` as a number and where it came from: (clip, rule).
+
+    A number is kept (rule "given").  ``"auto"`` gives the optimal trimming
+    threshold α of Crump, Hotz, Imbens & Mitnik (2009) (:func:`crump_alpha`),
+    computed on the cross-fitted scores of the n units the second stage
+    keeps, used as a clip: the scores are clipped to [c, 1 − c], every unit
+    stays (the estimand is unchanged; trimming, which changes it, is
+    ``fit(trim=)``), with c = min(max(α, 1/n), :data:`AUTO_CLIP_MAX`).  α is
+    0 when sup 1/(e(1 − e)) ≤ 2·mean 1/(e(1 − e)), under good overlap; the
+    floor 1/n then only keeps every weight below n (no unit stands for more
+    units than the sample holds, and a score of exactly 0 or 1 never gives an
+    infinite weight, which α = 0 would allow when most scores are extreme).
+    """
+    if not (isinstance(clip, str) and clip == "auto"):
+        return float(clip), "given"
+    kept = (scores >= trim) & (scores <= 1.0 - trim) if trim > 0 else np.ones(len(scores), dtype=bool)
+    floor = 1.0 / max(int(kept.sum()), 1)
+    return min(max(crump_alpha(scores[kept]), floor), AUTO_CLIP_MAX), CLIP_RULE
+
+
+def dominant_unit(scores: np.ndarray, A: np.ndarray, kept: np.ndarray) -> bool:
+    """Whether, unclipped, some unit holds more than 1/√m of its arm's total weight (m the arm's kept units).
+
+    Then that unit alone could halve its arm's effective sample size
+    (:func:`weight_share_clip` > 0): the sign of weak overlap that makes
+    ``clip="auto"`` warn.
+    """
+    return (weight_share_clip(scores[kept & (A == 1)]) > 0
+            or weight_share_clip(1.0 - scores[kept & (A == 0)]) > 0)
+
+
 def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn: bool = True,
-                        trim: float = 0.0) -> Overlap:
+                        trim: float = 0.0, clip_rule: str = "given", report=None, normalized: bool = False) -> Overlap:
     """Trimming and clipping counts and the effective sample size (Σw)²/Σw² of each arm's weights.
 
     Trimming and clipping (see ``ccme.fit``): units whose score lies outside
@@ -158,7 +256,11 @@ def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn:
         kept, trimmed_low, trimmed_high = np.ones(len(scores), dtype=bool), 0, 0
     low = int(np.sum(kept & (scores < clip)))
     high = int(np.sum(kept & (scores > 1.0 - clip)))
-    all_low, all_high = int(np.sum(scores < clip)), int(np.sum(scores > 1.0 - clip))
+    # The positivity check counts the scores outside a fixed band: the given
+    # clip, or 0.01 under clip="auto" (whose value reflects the weights of the
+    # units' own arms, which stay moderate when the scores separate the arms).
+    bound = clip if clip_rule == "given" else POSITIVITY_BOUND
+    all_low, all_high = int(np.sum(scores < bound)), int(np.sum(scores > 1.0 - bound))
     clipped = clip_scores(scores, clip)
     ess, n_arm = {}, {}
     for arm in (1, 0):
@@ -180,18 +282,25 @@ def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn:
             raise PositivityError(
                 "the treatment is perfectly predicted by the propensity covariates "
                 f"(the cross-fitted scores separate the arms, AUC = {auc:.3f}, and {outside} of {len(scores)} "
-                f"lie outside [{clip:g}, {1 - clip:g}]): "
+                f"lie outside [{bound:g}, {1 - bound:g}]): "
                 "positivity fails, and no counterfactual distribution is identified"
             )
-    if warn and (low or high):
+    # With a given clip, any clipping warns.  clip="auto" clips as a matter of
+    # course (reported in the summary) and warns only when the unclipped
+    # weights had a dominant unit (dominant_unit).
+    if warn and (low or high) and (clip_rule == "given" or dominant_unit(scores, A, kept)):
+        why = "" if clip_rule == "given" else (
+            " by clip='auto' (Crump et al.'s rule); unclipped, a single unit would carry more than 1/sqrt(m) "
+            "of its arm's weight")
+        fmt = "g" if clip_rule == "given" else ".3g"
         warnings.warn(
-            f"{low + high} of {int(kept.sum())} propensity scores were clipped to [{clip:g}, {1 - clip:g}] "
-            f"({low} below, {high} above): overlap is weak, and the weights of those units are capped",
+            f"{low + high} of {int(kept.sum())} propensity scores were clipped to [{clip:{fmt}}, {1 - clip:{fmt}}] "
+            f"({low} below, {high} above){why}: overlap is weak, and the weights of those units are capped",
             OverlapWarning,
             stacklevel=3,
         )
     return Overlap(scores, clip, low, high, ess, n_arm, float(trim), kept if trim > 0 else None, trimmed_low,
-                   trimmed_high)
+                   trimmed_high, clip_rule, report, normalized)
 
 
 def _auc(treated_scores: np.ndarray, control_scores: np.ndarray) -> float:

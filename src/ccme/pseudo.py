@@ -22,6 +22,10 @@ The doubly robust, IPW and plug-in regressions run over every unit of the
 fold's second-stage part; the one-step regression only over the arm's units
 there (it is the naive regression of the observed outcome, with no
 confounding adjustment beyond V).
+
+With ``fit(normalize_weights=True)`` the weights ω are Hájek-normalised:
+divided, per fold and arm, by their mean over the fold's second-stage units
+(:func:`hajek_scores`, ``pseudo_outcome(normalize=True)``).
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ import numpy as np
 
 from .errors import ParameterError
 
-__all__ = ["MODES", "MODE_NAMES", "PseudoOutcome", "pseudo_outcome", "uses_first_stage", "uses_propensity",
-           "check_mode"]
+__all__ = ["MODES", "MODE_NAMES", "PseudoOutcome", "pseudo_outcome", "hajek_scores", "uses_first_stage",
+           "uses_propensity", "check_mode"]
 
 MODES = ("dr", "ipw", "pi", "onestep")
 MODE_NAMES = {
@@ -97,7 +101,49 @@ class PseudoOutcome:
         return out
 
 
-def pseudo_outcome(mode: str, arm: int, *, A: np.ndarray, target: np.ndarray, scores_target: np.ndarray) -> PseudoOutcome:
+def hajek_scores(scores: np.ndarray, A: np.ndarray, folds) -> np.ndarray:
+    """Scores whose weights are Hájek-normalised per fold and arm (``fit(normalize_weights=True)``).
+
+    The weight of unit i in its own arm a = A_i is ω_i = 1/π̂_a(X_i); in the
+    other arm it is 0.  Dividing each arm's weights by their mean over the
+    fold's second-stage units, c_{k,a} = mean_{j ∈ D1_k} 1{A_j = a}/π̂_a(X_j),
+    makes them average to one there, as the true weights do in expectation
+    (E[1{A = a}/π_a(X)] = 1).  Since a unit only ever carries the weight of
+    its own arm and belongs to one fold's second stage, the normalised weights
+    are those of the per-unit scores returned: π̂(X_i)·c_{k,1} for a treated
+    unit, 1 − (1 − π̂(X_i))·c_{k,0} for a control (units in no second stage,
+    the trimmed ones, keep their score).  Every estimator, the tuning and the
+    bootstrap read the weights from these scores, so all of them see the
+    normalised weights; :func:`pseudo_outcome` with ``normalize=True`` gives the
+    same coefficients from the raw scores.  The returned values are arm
+    probabilities of each unit's own arm, not necessarily in [0, 1].
+
+    Parameters
+    ----------
+    scores : ndarray (n,)
+        Clipped cross-fitted π̂(X_i).
+    A : ndarray (n,)
+    folds : sequence of ccme.crossfit.Fold
+
+    Returns
+    -------
+    ndarray (n,)
+    """
+    out = np.array(scores, dtype=np.float64, copy=True)
+    for fold in folds:
+        target = fold.target
+        for arm in (1, 0):
+            rows = target[A[target] == arm]
+            if rows.size == 0:
+                continue
+            p_arm = scores[rows] if arm == 1 else 1.0 - scores[rows]
+            c = np.sum(1.0 / p_arm) / len(target)
+            out[rows] = scores[rows] * c if arm == 1 else 1.0 - (1.0 - scores[rows]) * c
+    return out
+
+
+def pseudo_outcome(mode: str, arm: int, *, A: np.ndarray, target: np.ndarray, scores_target: np.ndarray,
+                   normalize: bool = False) -> PseudoOutcome:
     """The pseudo-outcome coefficients of ``arm`` on the second-stage rows ``target``.
 
     Parameters
@@ -110,6 +156,10 @@ def pseudo_outcome(mode: str, arm: int, *, A: np.ndarray, target: np.ndarray, sc
         The fold's second-stage rows (D1).
     scores_target : ndarray (len(target),)
         Clipped π̂(X) = P̂(A = 1 | X) on those rows, fitted on the other folds.
+    normalize : bool, default False
+        Hájek normalisation: ω_i ← ω_i / mean_{j ∈ target} ω_j, so that the
+        weights average to one over the fold's second-stage units (see
+        :func:`hajek_scores`, which :func:`ccme.fit` uses to the same effect).
 
     Returns
     -------
@@ -122,7 +172,10 @@ def pseudo_outcome(mode: str, arm: int, *, A: np.ndarray, target: np.ndarray, sc
     check_mode(mode)
     n = len(target)
     p_arm = scores_target if arm == 1 else 1.0 - scores_target
-    omega = in_arm / p_arm
+    # 1/π̂_a on the arm's units, 0 elsewhere (whatever the other units' π̂_a)
+    omega = np.divide(1.0, p_arm, out=np.zeros(n), where=in_arm)
+    if normalize and omega.sum() > 0:
+        omega = omega / omega.mean()
     if mode == "dr":
         a, b = omega, 1.0 - omega
     elif mode == "ipw":

@@ -132,6 +132,16 @@ class CCMEResult:
         """Cross-fitted π̂(X_i) before clipping (each unit's score comes from the fold that left it out)."""
         return self.overlap.scores.copy()
 
+    @property
+    def propensity_report(self):
+        """How π was estimated: the learner, ``"auto"``'s choice and CV log-losses per fold, and the calibration.
+
+        A :class:`ccme.propensity_selection.PropensityReport` (Brier score,
+        log-loss, reliability curve of the cross-fitted scores); None for a
+        result saved before it existed.
+        """
+        return self.overlap.report
+
     def __repr__(self) -> str:
         n1, n0 = self.n_arm[1], self.n_arm[0]
         v = ", ".join(self.design.v_variables)
@@ -1213,6 +1223,39 @@ class CCMEResult:
         from .plotting import plot_overlap
 
         return plot_overlap(self, ax=ax, bins=bins)
+
+    def plot_calibration(self, *, ax=None):
+        """Reliability diagram of the cross-fitted propensity scores (treated share against mean score per bin).
+
+        Points on the diagonal are calibrated scores; the title gives the
+        Brier score and the learner (:attr:`propensity_report`).
+
+        Parameters
+        ----------
+        ax : matplotlib Axes or None, default None
+            Axes to draw on; None: a new figure.
+
+        Returns
+        -------
+        matplotlib Axes
+
+        Raises
+        ------
+        NotFittedError
+            For a result without a propensity report.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none",
+        ...                propensity="logistic", seed=1)
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> type(res.plot_calibration()).__name__
+        'Axes'
+        """
+        from .plotting import plot_calibration
+
+        return plot_calibration(self, ax=ax)
 
     def plot_cdf(self, *, newdata=PROFILES, arm="both", y=None, bands=False, level=0.9, n_boot=299, ax=None,
                  **kwargs):

@@ -183,7 +183,10 @@ class CrossFitData:
         The first-stage (outcome model) covariates, a subset of X's columns.
     scores : ndarray (n,)
         Clipped cross-fitted propensity scores π̂(X_i) (each from the fold
-        that left unit i out).
+        that left unit i out).  With ``fit(normalize_weights=True)``, the
+        Hájek-normalised scores of :func:`ccme.pseudo.hajek_scores`: read a
+        unit's weight in its own arm only (as :func:`ccme.pseudo.pseudo_outcome`
+        does).
     n_threads : int
     """
 
