@@ -8,8 +8,8 @@ from ccme import _backend
 import twins as _twins  # the numpy twins, beside the tests
 from ccme.tuning import LAMBDA_GRID
 
-# These fits use the default logistic propensity on the paper's simulation, whose box-shaped true
-# propensity it misses, so a few scores are clipped; the clipping warning has its own tests (test_overlap).
+# These fits use the default propensity on the paper's simulation, whose box-shaped true propensity
+# leaves weak overlap, so a few scores may be clipped; the clipping warning has its own tests (test_overlap).
 pytestmark = pytest.mark.filterwarnings("ignore::ccme.OverlapWarning")
 
 
@@ -111,15 +111,20 @@ def tuned(data):
 
 def test_auto_tuning_reports_its_choices(tuned):
     report = tuned.tuning
-    assert set(report.chosen) == {"lam0", "lam1", "y_bandwidth"}
+    assert set(report.chosen) == {"lam0", "lam1", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
     for arm in (1, 0):
         assert report.chosen["lam0"][arm] in LAMBDA_GRID
         assert tuned.penalties["lam0"][arm] == report.chosen["lam0"][arm]
     assert report.chosen["lam1"][1] == report.chosen["lam1"][0] == tuned.penalties["lam1"][1]
     for curve in report.curves:
-        assert curve.chosen == curve.values[np.nanargmin(curve.criterion)]
+        if curve.parameter != "v_bandwidth":  # stage 2 moves only beyond a standard error (ARD_STAGE2_GUARD)
+            assert curve.chosen == curve.values[np.nanargmin(curve.criterion)]
+        assert curve.chosen in curve.values
     frame = report.to_frame()
-    assert set(frame.parameter) == {"lam0", "lam1", "y_bandwidth"}
+    assert set(frame.parameter) == {"lam0", "lam1", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
+    # per-group bandwidths (tests/test_ard.py): the kernels carry them, the relevance table lists every group
+    assert list(tuned.kernels["x"].bandwidth_array) == report.chosen["x_bandwidth"]
+    assert list(report.relevance_frame().group) == [f"x{j}" for j in range(1, 7)] + ["x1", "x2", "x3"]
     assert report.seconds > 0 and tuned.timing["tuning"] == report.seconds
     for arm in (1, 0):
         k = tuned.outcome_kernel(arm)
@@ -127,14 +132,19 @@ def test_auto_tuning_reports_its_choices(tuned):
         assert "weighted ISE-CV" in k.rule
     text = str(tuned.summary())
     assert "Tuning:" in text and "LOO (RKHS)" in text and "Y density, treated" in text
+    assert "Covariate relevance (learned bandwidths):" in text
 
 
 def test_user_values_are_not_tuned(data):
     res = ccme.fit(F, data, seed=3, lam=0.05, y_bandwidth=1.5)
     assert res.penalties["lam0"] == {1: 0.05, 0: 0.05} and res.penalties["lam1"] == {1: 0.05, 0: 0.05}
-    assert res.outcome_kernel(1).bandwidth == (1.5,) and res.tuning.chosen == {}
+    assert res.outcome_kernel(1).bandwidth == (1.5,) and set(res.tuning.chosen) == {"x_bandwidth", "v_bandwidth"}
+    res = ccme.fit(F, data, seed=3, lam=0.05, y_bandwidth=1.5, x_bandwidth="median", v_bandwidth="median")
+    assert res.tuning.chosen == {}
     res = ccme.fit(F, data, seed=3, lam1=0.05)
-    assert set(res.tuning.chosen) == {"lam0", "y_bandwidth"}
+    assert set(res.tuning.chosen) == {"lam0", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
+    res = ccme.fit(F, data, seed=3, x_bandwidth="median", v_bandwidth=2.0)
+    assert set(res.tuning.chosen) == {"lam0", "lam1", "y_bandwidth"} and res.kernels["v"].bandwidth == (2.0,) * 3
 
 
 def test_tune_none_and_grids(data):

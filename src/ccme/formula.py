@@ -13,6 +13,18 @@ Parsing, transforms (``np.log(x)``) and categorical encoding (strings, pandas
 categoricals, ``C(x)``) are formulaic's; this module only assigns the roles,
 checks them, and keeps formulaic's model specs so that ``newdata`` is encoded
 exactly as the training data were (categorical levels included).
+
+Categorical coding (for the kernels, :mod:`ccme.kernels`): every categorical
+term of V and X gets one indicator column per level (formulaic's
+``ensure_full_rank=False``: no reference level, so that the squared distance
+between two different levels is 2 whatever the levels); a bare pandas
+*ordered* categorical column gets the c − 1 cumulative indicators
+1{x ≥ level_k}, k = 2..c, named ``x[>=level]`` (so that the squared distance
+between two levels is the difference of their ranks); a boolean column stays
+one 0/1 column.  A Gaussian kernel with one bandwidth σ over such a block is
+then exactly Li and Racine's unordered kernel (λ = exp(−1/σ²)), ordered kernel
+λ^|r − r'| (λ = exp(−1/(2σ²))) or binary kernel (λ = exp(−1/(2σ²))).
+``Design.x_kinds`` records each column's kind.
 """
 
 from __future__ import annotations
@@ -177,6 +189,9 @@ class Design:
     v_frame: pd.DataFrame | None = field(default=None, repr=False, compare=False)
     _v_spec: object = field(default=None, repr=False, compare=False)
     _x3_spec: object = field(default=None, repr=False, compare=False)
+    #: Per column of X: "numeric", "categorical" (an indicator of one level), "ordered" (a cumulative indicator of
+    #: an ordered factor) or "binary" (a boolean column); set by build_design (None for a loaded design).
+    x_kinds: tuple | None = field(default=None, repr=False, compare=False)
 
     #: At most this many profiles when V is purely categorical (one per combination of levels).
     MAX_LEVEL_PROFILES = 10
@@ -199,7 +214,8 @@ class Design:
                             f"cannot encode `newdata`: column {name!r} has level(s) {sorted(map(str, unseen))} "
                             "not seen in the training data"
                         )
-        return _encode_with_spec(self._v_spec, newdata, self.v_variables, "newdata")
+        values = _encode_with_spec(self._v_spec, newdata, self.v_variables, "newdata")
+        return _kernel_coding(values, self._v_spec, self.v_frame)[0]
 
     def profiles(self, quantiles=(0.25, 0.5, 0.75)) -> pd.DataFrame:
         """Typical rows of V's raw columns, for summaries and plots.
@@ -273,7 +289,9 @@ class Design:
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.Design"
-    STATE_VERSION = 1
+    #: 2: categorical terms coded with all their levels, ordered factors cumulatively (version 1 dropped a
+    #: reference level from every categorical but the first, and cannot be re-encoded the same way).
+    STATE_VERSION = 2
     _STATE_FIELDS = ("formula", "Y", "A", "V", "X", "y_names", "v_names", "x_names", "v_variables", "x_variables",
                      "x_sources", "treatment", "n_dropped", "v_frame")
 
@@ -409,13 +427,15 @@ def parse_formula(text: str, columns) -> Formula:
     )
 
 
-def _materialize(formulaic, parser, spec_text, data, role, na_action="raise"):
+def _materialize(formulaic, parser, spec_text, data, role, na_action="raise", all_levels=False):
     try:
         formula = formulaic.Formula(spec_text, _parser=parser) if isinstance(spec_text, str) else spec_text
         # A transform such as log(x) may give NaN or inf: the finiteness check after
         # building reports those rows by name (DataError, or dropped with a warning),
         # so numpy's own RuntimeWarning would only repeat it less clearly.
         with np.errstate(all="ignore"):
+            if all_levels:  # one indicator per level of every categorical (see the module docstring)
+                return formulaic.model_matrix(formula, data, na_action=na_action, ensure_full_rank=False)
             return formulaic.model_matrix(formula, data, na_action=na_action)
     except Exception as exc:
         raise FormulaError(
@@ -662,21 +682,25 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
     # Raw columns were checked above; what the transforms make of them
     # (np.log(x) at x <= 0) is checked by _finite_rows below, with na_action.
     y_mm = _materialize(formulaic, parser, outcome_part, frame, "outcome", na_action="ignore")
-    v_mm = _materialize(formulaic, parser, conditioning_part, frame, "conditioning variables V", na_action="ignore")
+    v_mm = _materialize(formulaic, parser, conditioning_part, frame, "conditioning variables V", na_action="ignore",
+                        all_levels=True)
     Y = _numeric(y_mm, "outcome")
-    V = _numeric(v_mm, "conditioning variables V")
-    x_names = list(v_mm.columns)
-    x_sources = _column_variables(v_mm.model_spec, columns)
+    V, origin, x_kinds, x_names = _kernel_coding(_numeric(v_mm, "conditioning variables V"), v_mm.model_spec, frame)
+    v_names = tuple(x_names)
+    x_sources = [_column_variables(v_mm.model_spec, columns)[i] for i in origin]
     X = V
     x3_spec = None
     if x3_formula is not None:
-        x3_mm = _materialize(formulaic, parser, x3_formula, frame, "further confounders", na_action="ignore")
+        x3_mm = _materialize(formulaic, parser, x3_formula, frame, "further confounders", na_action="ignore",
+                             all_levels=True)
+        X3, origin3, kinds3, names3 = _kernel_coding(_numeric(x3_mm, "further confounders"), x3_mm.model_spec, frame)
         x3_sources = _column_variables(x3_mm.model_spec, columns)
-        keep = [i for i, c in enumerate(x3_mm.columns) if c not in set(x_names)]
+        keep = [i for i, c in enumerate(names3) if c not in set(x_names)]
         if keep:
-            X = np.hstack([V, _numeric(x3_mm, "further confounders")[:, keep]])
-            x_names += [x3_mm.columns[i] for i in keep]
-            x_sources += [x3_sources[i] for i in keep]
+            X = np.hstack([V, X3[:, keep]])
+            x_names += [names3[i] for i in keep]
+            x_sources += [x3_sources[origin3[i]] for i in keep]
+            x_kinds += [kinds3[i] for i in keep]
         x3_spec = x3_mm.model_spec
     keep_rows, dropped = _finite_rows(Y, X, tuple(str(c) for c in y_mm.columns) + tuple(x_names), na_action)
     if dropped:
@@ -694,7 +718,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
         V=V,
         X=np.ascontiguousarray(X),
         y_names=tuple(str(c) for c in y_mm.columns),
-        v_names=tuple(str(c) for c in v_mm.columns),
+        v_names=tuple(str(c) for c in v_names),
         x_names=tuple(str(c) for c in x_names),
         v_variables=tuple(c for c in columns if c in v_vars),
         x_variables=tuple(c for c in columns if c in (v_vars | x3_vars)),
@@ -704,6 +728,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
         v_frame=frame[[c for c in columns if c in v_vars]],
         _v_spec=v_mm.model_spec,
         _x3_spec=x3_spec,
+        x_kinds=tuple(x_kinds),
     )
 
 
@@ -799,6 +824,72 @@ def _finite_rows(Y: np.ndarray, X: np.ndarray, names, na_action: str) -> tuple[n
         f"the formula's transforms give missing or infinite values in {problems}; "
         "change the transform or pass na_action='drop' to drop those rows"
     )
+
+
+def _kernel_coding(values: np.ndarray, spec, frame: pd.DataFrame):
+    """formulaic's columns recoded for the kernels, each classified (see the module docstring).
+
+    ``values`` are formulaic's columns from ``spec`` (every categorical with all
+    its levels); ``frame`` holds the *training* data's raw columns, whose dtypes
+    say which factors are ordered and which columns boolean (so that ``newdata``
+    is coded exactly as the training data were, whatever its own dtypes).  The
+    indicator columns of a bare ordered pandas categorical column with c ≥ 2
+    levels become the cumulative indicators 1{x ≥ level_k}, k = 2..c (sums of
+    0/1 values, exact).
+
+    Returns
+    -------
+    values : ndarray (n, d')
+    origin : list of int
+        For each returned column, the formulaic column it comes from.
+    kinds : list of str
+        "numeric", "categorical", "ordered" or "binary" per returned column.
+    names : list of str
+    """
+    names = [str(c) for c in spec.column_names]
+    kinds = ["numeric"] * len(names)
+    ordered_blocks = {}  # first column of an ordered factor's block -> (its columns, its levels, its name)
+    for term, indices in spec.term_indices.items():
+        factors = list(getattr(term, "factors", ()))
+        if len(factors) != 1 or not indices:
+            continue
+        expr = str(factors[0].expr)
+        state = spec.encoder_state.get(expr)
+        kind = str(getattr(state[0], "value", state[0])) if state else ""
+        lookup = str(factors[0].eval_method.value) == "lookup" and expr in frame.columns
+        column = frame[expr] if lookup else None
+        if kind == "categorical":
+            levels = list(state[1].get("categories", ())) if isinstance(state[1], dict) else []
+            ordered = (column is not None and isinstance(column.dtype, pd.CategoricalDtype) and bool(column.cat.ordered)
+                       and len(levels) == len(indices) >= 2)
+            for i in indices:
+                kinds[i] = "ordered" if ordered else "categorical"
+            if ordered:
+                ordered_blocks[indices[0]] = (list(indices), levels, expr)
+        elif column is not None and len(indices) == 1 and pd.api.types.is_bool_dtype(column):
+            kinds[indices[0]] = "binary"
+    if not ordered_blocks:
+        return values, list(range(len(names))), kinds, names
+    out, origin, out_kinds, out_names = [], [], [], []
+    skip = set()
+    for j in range(len(names)):
+        if j in skip:
+            continue
+        if j in ordered_blocks:
+            block, levels, expr = ordered_blocks[j]
+            skip.update(block)
+            for k in range(1, len(block)):
+                out.append(values[:, block[k:]].sum(axis=1))
+                origin.append(block[k])
+                out_kinds.append("ordered")
+                out_names.append(f"{expr}[>={levels[k]}]")
+            continue
+        out.append(values[:, j])
+        origin.append(j)
+        out_kinds.append(kinds[j])
+        out_names.append(names[j])
+    coded = np.ascontiguousarray(np.column_stack(out)) if out else np.zeros((len(values), 0))
+    return coded, origin, out_kinds, out_names
 
 
 def _column_variables(spec, columns) -> list[frozenset]:
@@ -1049,11 +1140,11 @@ def _rebuild_v_spec(formula: Formula, frame: pd.DataFrame, V: np.ndarray, v_vari
     formulaic, _ = _formulaic()
     try:
         # context={}: the formula sees the columns and formulaic's transforms, none of the caller's names.
-        matrix = formulaic.model_matrix(conditioning, frame, na_action="raise", context={})
+        matrix = formulaic.model_matrix(conditioning, frame, na_action="raise", context={}, ensure_full_rank=False)
     except Exception as exc:  # formulaic raises many types; all mean "cannot rebuild"
         raise FormatError(f"cannot rebuild the encoder of V from {formula.conditioning!r}: {_clean(exc)}") from None
     values = np.asarray(matrix, dtype=np.float64)
-    values = values[:, None] if values.ndim == 1 else values
+    values = _kernel_coding(values[:, None] if values.ndim == 1 else values, matrix.model_spec, frame)[0]
     if values.shape != V.shape or not np.array_equal(values, V, equal_nan=True):
         raise FormatError(
             f"re-encoding the stored raw columns of V with {formula.conditioning!r} does not give the stored V "

@@ -63,13 +63,19 @@ class Summary:
         ov = res.overlap
         known = res.propensity == "known scores"
         scores = ov.scores
+        report = ov.report  # ccme.propensity_selection.PropensityReport
+        fmt = "g" if ov.clip_rule == "given" else ".3g"  # a given clip as written, a computed one to 3 digits
+        model = report.describe_model() if report is not None and report.selections else res.propensity
         prop_rows = [
-            ("Model", "known scores" if known else f"{res.propensity} on {_names(res.propensity_columns)}"),
+            ("Model", "known scores" if known else f"{model} on {_names(res.propensity_columns)}"),
             ("Scores", f"range [{_fmt(scores.min())}, {_fmt(scores.max())}]" + ("" if known else ", cross-fitted")),
-            ("Clipped", f"{ov.n_clipped} to [{res.clip:g}, {1 - res.clip:g}] ({ov.n_clipped_low} below, "
-                        f"{ov.n_clipped_high} above)"),
+            ("Calibration", report.describe_calibration()) if report is not None else None,
+            ("Clipped", f"{ov.n_clipped} to [{res.clip:{fmt}}, {1 - res.clip:{fmt}}] ({ov.n_clipped_low} below, "
+                        f"{ov.n_clipped_high} above); clip {ov.clip_rule}"),
+            ("Weights", "Hajek-normalised: mean 1 per fold and arm") if ov.normalized else None,
             ("Effective n", f"treated {ov.ess[1]:.1f} of {ov.n_arm[1]}; control {ov.ess[0]:.1f} of {ov.n_arm[0]}"),
         ]
+        prop_rows = [row for row in prop_rows if row is not None]
         if getattr(ov, "trim", 0.0) > 0:
             prop_rows.insert(2, ("Trimmed", f"{ov.n_trimmed} outside [{ov.trim:g}, {1 - ov.trim:g}] ({ov.n_trimmed_low} "
                                             f"below, {ov.n_trimmed_high} above) dropped from the second stage"))
@@ -100,6 +106,8 @@ class Summary:
             sections.append((title, tuple(rows)))
         if res.tuning is not None and res.tuning.chosen:
             sections.append(("Tuning", tuple(_tuning_rows(res.tuning))))
+        if res.tuning is not None and getattr(res.tuning, "relevance", None):
+            sections.append(("Covariate relevance (learned bandwidths)", tuple(res.tuning.relevance_rows())))
         sections.append(("Propensity", tuple(prop_rows)))
         sections.append(("Effects (Y1 vs Y0 at the profiles)", tuple(effect_rows)))
         for title, rows in res.estimator.diagnostics(res.embeddings):
@@ -170,6 +178,9 @@ def _tuning_rows(report) -> list:
     for name in ("x_bandwidth_factor", "v_bandwidth_factor"):
         if name in report.chosen:
             rows.append((name.replace("_factor", ""), f"factor {report.chosen[name]:g} of the rule (LOO)"))
+    for name in ("x_bandwidth", "v_bandwidth"):
+        if isinstance(report.chosen.get(name), list):
+            rows.append((name, "per covariate group, LOO coordinate search (table below)"))
     if "M" in report.chosen:
         curve = next(c for c in report.curves if c.parameter == "M")
         rows.append(("M", f"{report.chosen['M']} of {len(curve.values)} values ({curve.criterion_name})"))

@@ -10,9 +10,31 @@
   cross-fitting folds.  For a linear smoother the leave-one-out residual of
   unit i is r_i / (1 − H_ii), so one factorisation of the kernel serves the
   whole λ path (:func:`ccme._backend.krr_loo_path`);
-- optionally (``tune={"x_bandwidth": [...], "v_bandwidth": [...]}``) the X and
-  V bandwidths, as factors multiplying the median-heuristic bandwidths, by
-  the same criterion;
+- the X and V bandwidths per covariate group (ARD: one factor of the rule's
+  bandwidth per raw variable, a categorical variable's indicator columns
+  together, :func:`ccme.kernels.covariate_groups`) by the same criterion: a
+  coordinate search over log2 factors 1/16 … 16 and +inf (the covariate
+  dropped), in sweeps of steps ×2 then ×√2 (:data:`ARD_STEPS`), alternating
+  with the penalties (chosen over the λ grid at the start, then over
+  [λ/10, 10λ] after each sweep).  Stage 1 keeps one X kernel for both arms,
+  each arm with its own λ₀ (the search sums the arms' LOO errors): the fold's
+  first stage holds one X kernel, the covariates that shape Y given X are
+  mostly the same in both arms, and one search on both arms' units costs
+  half of two and reports one relevance table.  Stage 2 has one V kernel
+  (λ₁ is shared by the arms).  The search runs on at most
+  :data:`ARD_UNITS` units per regression (500 in stage 1, 2000 in stage 2):
+  a seeded subsample of each arm's units, pooled over the folds' nuisance
+  parts, in stage 1; of the second-stage units with their fold's
+  pseudo-outcomes in stage 2.  The penalties are then chosen on the full
+  folds as below.  The pseudo-outcomes' criterion is often flat within its
+  noise, so the V search starts from the bandwidths stage 1 learned for the
+  same covariates and moves only for a decrease beyond one paired standard
+  error (:data:`ARD_STAGE2_GUARD`).  For a categorical group the bandwidth
+  is Li and Racine's smoothing parameter λ_g (:mod:`ccme.kernels`).  The
+  learned bandwidths are in ``res.tuning.relevance_frame()`` and the
+  summary's "Covariate relevance" section.  ``tune={"x_bandwidth": [...],
+  "v_bandwidth": [...]}`` instead chooses one common factor of the rule's
+  bandwidths from a grid;
 - each arm's outcome (read-out) bandwidth σ_y, as a factor multiplying
   Silverman's rule, by weighted least-squares cross-validation of the
   arm's conditional density: for
@@ -41,6 +63,7 @@ estimators select by validation loss instead: :mod:`ccme.estimators.neural_tunin
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -83,7 +106,13 @@ class TuningCurve:
     """One criterion curve: ``criterion[i]`` at ``values[i]`` of ``parameter``.
 
     ``arm`` is None for a choice shared by both arms; ``factor`` is the
-    bandwidth factor the curve was computed at (for penalty curves).
+    bandwidth factor the curve was computed at (for penalty curves);
+    ``group`` names the covariate group of a per-group bandwidth curve
+    (``parameter`` "x_bandwidth" or "v_bandwidth"; ``values`` are factors of
+    the rule's bandwidth, inf for the group dropped, the points its last
+    visit of the coordinate search tried; a V group's choice may sit a
+    fraction of a standard error above the curve's minimum,
+    :data:`ARD_STAGE2_GUARD`).
     """
 
     parameter: str
@@ -93,11 +122,13 @@ class TuningCurve:
     chosen: float
     arm: int | None = None
     factor: float | None = None
+    group: str | None = None
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.TuningCurve"
-    STATE_VERSION = 1
-    _STATE_FIELDS = ("parameter", "values", "criterion", "criterion_name", "chosen", "arm", "factor")
+    #: 2: ``group`` (a version-1 state reads back with None).
+    STATE_VERSION = 2
+    _STATE_FIELDS = ("parameter", "values", "criterion", "criterion_name", "chosen", "arm", "factor", "group")
 
     def to_state(self) -> dict:
         """The curve as a versioned state for :mod:`ccme.io` (its fields as they are)."""
@@ -112,24 +143,37 @@ class TuningCurve:
         from .errors import FormatError
         from .io import check_schema
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=cls._STATE_FIELDS)
+        old = isinstance(state, dict) and state.get("version") == 1
+        fields = cls._STATE_FIELDS[:-1] if old else cls._STATE_FIELDS
+        check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION), keys=fields)
         if not all(isinstance(state[name], np.ndarray) for name in ("values", "criterion")):
             raise FormatError(f"the stored {state['parameter']!r} tuning curve has no value or criterion array")
-        return cls(**{name: state[name] for name in cls._STATE_FIELDS})
+        if not old and not (state["group"] is None or isinstance(state["group"], str)):
+            raise FormatError("a stored tuning curve's group is not a name")
+        return cls(**{name: state[name] for name in fields})
 
 
 @dataclass
 class TuningReport:
-    """What the automatic tuning chose, the criterion curves, and the time it took."""
+    """What the automatic tuning chose, the criterion curves, and the time it took.
+
+    ``relevance`` holds one row (a dict) per covariate group of the X and V
+    kernels whose bandwidths were learned per group; :meth:`relevance_frame`
+    gives them as a table.
+    """
 
     chosen: dict = field(default_factory=dict)
     curves: list = field(default_factory=list)
     seconds: float = 0.0
     notes: list = field(default_factory=list)
+    relevance: list = field(default_factory=list)
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.TuningReport"
-    STATE_VERSION = 1
+    #: 2: ``relevance`` (a version-1 state reads back without it).
+    STATE_VERSION = 2
+    _RELEVANCE_KEYS = ("role", "group", "kind", "n_columns", "levels", "factor", "bandwidth", "bandwidth_sd",
+                       "smoothing", "dropped")
 
     def to_state(self) -> dict:
         """The report as a versioned state for :mod:`ccme.io`.
@@ -143,7 +187,7 @@ class TuningReport:
         chosen = {name: str_keys(value) if isinstance(value, dict) else value for name, value in self.chosen.items()}
         return make_state(self.STATE_SCHEMA, self.STATE_VERSION, chosen=chosen,
                           curves=[curve.to_state() for curve in self.curves], seconds=self.seconds,
-                          notes=list(self.notes))
+                          notes=list(self.notes), relevance=[dict(row) for row in self.relevance])
 
     @classmethod
     def from_state(cls, state) -> "TuningReport":
@@ -151,23 +195,67 @@ class TuningReport:
         from .errors import FormatError
         from .io import check_schema, int_keys
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("chosen", "curves", "seconds", "notes"))
+        old = isinstance(state, dict) and state.get("version") == 1
+        keys = ("chosen", "curves", "seconds", "notes") + (() if old else ("relevance",))
+        check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION), keys=keys)
+        relevance = [] if old else state["relevance"]
         if not (isinstance(state["chosen"], dict) and isinstance(state["curves"], list)
-                and isinstance(state["notes"], list)):
-            raise FormatError("the stored tuning report's chosen, curves or notes have the wrong type")
+                and isinstance(state["notes"], list) and isinstance(relevance, list)):
+            raise FormatError("the stored tuning report's chosen, curves, notes or relevance have the wrong type")
+        for row in relevance:
+            if not isinstance(row, dict) or tuple(row) != cls._RELEVANCE_KEYS:
+                raise FormatError(f"a stored relevance row has the fields {str(row)[:80]}")
         chosen = {name: int_keys(value, what=f"the tuned {name}") if isinstance(value, dict) else value
                   for name, value in state["chosen"].items()}
         return cls(chosen=chosen, curves=[TuningCurve.from_state(curve) for curve in state["curves"]],
-                   seconds=state["seconds"], notes=list(state["notes"]))
+                   seconds=state["seconds"], notes=list(state["notes"]), relevance=[dict(r) for r in relevance])
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per (curve, grid value)."""
+        """One row per (curve, grid value); ``group`` names a per-group bandwidth curve's covariate group."""
         rows = []
         for c in self.curves:
             for v, crit in zip(c.values, c.criterion):
-                rows.append({"parameter": c.parameter, "arm": c.arm, "factor": c.factor, "value": v,
+                rows.append({"parameter": c.parameter, "arm": c.arm, "factor": c.factor, "group": c.group, "value": v,
                              "criterion": crit, "criterion_name": c.criterion_name, "chosen": v == c.chosen})
         return pd.DataFrame(rows)
+
+    def relevance_frame(self) -> pd.DataFrame:
+        """The learned per-group bandwidths: one row per covariate group of X and V.
+
+        Columns: ``role`` ("X" or "V"), ``group`` (the raw variable), ``kind``
+        ("numeric", "categorical", "ordered", "binary"), ``n_columns``,
+        ``levels`` (categorical kinds), ``factor`` (of the rule's bandwidth;
+        inf: dropped), ``bandwidth`` (a numeric group's first column, in its
+        units; a categorical block's common one), ``bandwidth_sd`` (numeric:
+        the bandwidth in standard deviations of the column), ``smoothing``
+        (categorical kinds: Li and Racine's λ, the kernel between two
+        different levels, or adjacent ones when ordered; 1 = dropped) and
+        ``dropped``.  Empty when no bandwidth was learned per group.
+        """
+        return pd.DataFrame([dict(r) for r in self.relevance], columns=list(self._RELEVANCE_KEYS))
+
+    def relevance_rows(self) -> list:
+        """The relevance table as the summary's (label, text) rows, one per covariate group."""
+        rows = []
+        for r in self.relevance:
+            label = f"{r['role']}: {r['group']}"
+            if r["kind"] == "numeric":
+                what = "numeric" + (f" ({r['n_columns']} columns)" if r["n_columns"] > 1 else "")
+                if r["dropped"]:
+                    text = f"{what}, dropped (infinite bandwidth)"
+                else:
+                    sd = f" = {r['bandwidth_sd']:.3g} sd" if r["bandwidth_sd"] is not None else ""
+                    text = f"{what}, bandwidth {r['bandwidth']:.4g}{sd} ({r['factor']:.3g} x the rule)"
+            else:
+                what = {"categorical": "categorical", "ordered": "ordered", "binary": "binary"}[r["kind"]]
+                what += f", {r['levels']} levels"
+                per = " per level of rank difference" if r["kind"] == "ordered" else ""
+                if r["dropped"]:
+                    text = f"{what}, dropped (lambda = 1)"
+                else:
+                    text = f"{what}, lambda {r['smoothing']:.3g}{per} (bandwidth {r['bandwidth']:.3g})"
+            rows.append((label, text))
+        return rows
 
 
 def resolve_tune(tune, method: str, user_keys) -> dict:
@@ -182,7 +270,8 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
         if tune != "auto":
             raise ParameterError(f"`tune` must be 'auto', 'none' or a dict of grids; got {tune!r}")
         if method == "ridge":
-            grids = {"lam0": LAMBDA_GRID, "lam1": LAMBDA_GRID, "y_bandwidth": Y_BANDWIDTH_FACTORS}
+            grids = {"lam0": LAMBDA_GRID, "lam1": LAMBDA_GRID, "x_bandwidth": "ard", "v_bandwidth": "ard",
+                     "y_bandwidth": Y_BANDWIDTH_FACTORS}
         elif method == "deep_feature":
             grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID}
         else:
@@ -200,12 +289,17 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
             raise ParameterError(f"`tune` has unknown key(s) {unknown} for method={method!r}; tunable: {list(tunable)}")
         grids = {}
         for key, values in tune.items():
+            if key in ("x_bandwidth", "v_bandwidth") and _is_ard(values):
+                grids[key] = "ard"  # per-group bandwidths by the coordinate search (tune_ridge)
+                continue
             try:
                 arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
             except (TypeError, ValueError):
                 arr = np.array([np.nan])
             if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-                raise ParameterError(f"`tune[{key!r}]` must be a non-empty list of positive numbers; got {values!r}")
+                also = " or 'ard'" if key in ("x_bandwidth", "v_bandwidth") else ""
+                raise ParameterError(f"`tune[{key!r}]` must be a non-empty list of positive numbers{also}; "
+                                     f"got {values!r}")
             if key == "M":
                 if np.any(arr != np.round(arr)):
                     raise ParameterError(f"`tune['M']` must be a non-empty list of positive integers; got {values!r}")
@@ -273,11 +367,13 @@ def _best(criterion: np.ndarray) -> int:
     return int(np.argmin(finite))
 
 
-def tune_ridge(*, data, folds, params, grids, first_stage=None):
-    """Choose λ₀, λ₁ (and X/V bandwidth factors) by leave-one-out; returns (params, report).
+def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
+    """Choose λ₀, λ₁ and the X/V bandwidths (per group, or a common factor) by leave-one-out; returns (params, report).
 
     ``data`` is the cross-fitting's :class:`ccme.estimators.base.CrossFitData`
-    (its scores clipped and cross-fitted); ``grids`` from :func:`resolve_tune`.
+    (its scores clipped and cross-fitted); ``grids`` from :func:`resolve_tune`
+    (``grids["x_bandwidth"] == "ard"``: the per-group search of
+    :func:`_ard_search`, on subsamples drawn with ``seed``).
     ``first_stage`` (optional), called after the stage-1 tuning as
     ``first_stage(G=G, params=prepared, report=report)``, may set
     ``prepared["first_stage"]`` and returns {(fold index, arm): features of
@@ -295,13 +391,35 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None):
     approximate = False
     spectra = {}  # (fold, arm, factor) -> _Spectrum of the stage-1 kernel
     x_factor = 1.0
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xA2D]))  # the search's subsamples
+    searched = {}  # "X"/"V" -> (evaluations, seconds)
 
     # Stage 1: KRR of φ(Y) on X among each arm's units of each fold's nuisance part.
     lam0 = dict(prepared["lam0"])
     x_kernel = prepared["kernels"]["x"]
-    if uses_stage1 and ("lam0" in grids or "x_bandwidth" in grids):
+    x_ard = uses_stage1 and _is_ard(grids.get("x_bandwidth"))
+    x_kernel = _with_groups(x_kernel) if x_ard else x_kernel
+    if x_ard:
+        # Per-group X bandwidths, one kernel for both arms: the search sums the arms' LOO errors (each arm
+        # with its own λ₀), on at most ARD_UNITS["X"] of each arm's units (pooled over the folds' nuisance parts).
+        ard_started = time.perf_counter()
+        nuisance = np.unique(np.concatenate([fold.nuisance for fold in folds]))
+        problems = []
+        for arm in (1, 0):
+            rows = nuisance[A[nuisance] == arm]
+            pick = rows[_subsample(rows, rng, ARD_UNITS["X"])]
+            problems.append(_ArdProblem(Z=Xo[pick], T=G[pick], weight=len(rows) / len(nuisance), lam=lam0[arm]))
+        theta, visits, count = _ard_search(problems, x_kernel, grids.get("lam0", LAMBDA_GRID), "lam0" in grids,
+                                           n_threads)
+        tuned_x = _ard_kernel(x_kernel, theta)
+        report.relevance += _relevance("X", x_kernel, tuned_x, theta, Xo.std(axis=0))
+        report.curves += _group_curves("x_bandwidth", tuned_x, theta, visits)
+        report.chosen["x_bandwidth"] = [float(b) for b in tuned_x.bandwidth]
+        x_kernel = prepared["kernels"]["x"] = tuned_x
+        searched["X"] = (count, time.perf_counter() - ard_started)
+    if uses_stage1 and ("lam0" in grids or ("x_bandwidth" in grids and not x_ard)):
         lam_grid = np.asarray(grids.get("lam0", (lam0[1],)))
-        factors = grids.get("x_bandwidth", (1.0,))
+        factors = (1.0,) if x_ard else grids.get("x_bandwidth", (1.0,))
         # The default grid is extended downwards (a decade, two points, at a time, at most
         # _EXTENSIONS times) while the optimum sits at its smallest value: large
         # first-stage samples want smaller penalties.  A user's grid is kept as given.
@@ -330,7 +448,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None):
             for f, values in zip(factors, per_factor):
                 report.curves.append(TuningCurve("lam0", arm_grid, values, "LOO (RKHS)", arm_grid[i_l], arm, f))
             lam0[arm] = float(arm_grid[i_l])
-        if "x_bandwidth" in grids:
+        if "x_bandwidth" in grids and not x_ard:
             # One X kernel for both arms: the factor with the smaller summed criterion.
             f_best = min(best_overall.values(), key=lambda t: t[2])[0] if len(factors) > 1 else factors[0]
             if best_overall[1][0] != best_overall[0][0]:
@@ -347,14 +465,31 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None):
     replaced = first_stage(G=G, params=prepared, report=report) if first_stage is not None else {}
 
     # Stage 2: KRR of the pseudo-outcomes on V over each fold's target part.
+    v_ard = False
     if "lam1" in grids or "v_bandwidth" in grids:
         lam1_now = prepared["lam1"]
         lam_grid = np.asarray(grids.get("lam1", (lam1_now[1],)))
-        factors = grids.get("v_bandwidth", (1.0,))
         v_kernel = prepared["kernels"]["v"]
+        v_ard = _is_ard(grids.get("v_bandwidth"))
+        v_kernel = _with_groups(v_kernel) if v_ard else v_kernel
+        factors = (1.0,) if v_ard else grids.get("v_bandwidth", (1.0,))
         stage1 = {(k, arm): spectra.get((k, arm, x_factor)) for k in range(len(folds)) for arm in (1, 0)}
-        targets = _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1,
-                                           replaced)
+        with threadpool_limits(limits=1, user_api="blas"):  # the same bits for any BLAS thread count
+            targets = _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1,
+                                               replaced)
+        if v_ard:
+            ard_started = time.perf_counter()
+            problems = _stage2_problems(mode, targets, V, lam1_now, rng)
+            theta, visits, count = _ard_search(problems, v_kernel, grids.get("lam1", LAMBDA_GRID), "lam1" in grids,
+                                               n_threads, start=_warm_start(v_kernel, x_kernel if x_ard else None),
+                                               guard=ARD_STAGE2_GUARD)
+            tuned_v = _ard_kernel(v_kernel, theta)
+            report.relevance += _relevance("V", v_kernel, tuned_v, theta, V.std(axis=0))
+            report.curves += _group_curves("v_bandwidth", tuned_v, theta, visits)
+            report.chosen["v_bandwidth"] = [float(b) for b in tuned_v.bandwidth]
+            v_kernel = prepared["kernels"]["v"] = tuned_v
+            searched["V"] = (count, time.perf_counter() - ard_started)
+    if ("lam1" in grids or "v_bandwidth" in grids) and ("lam1" in grids or not v_ard):
         per_factor = {arm: np.zeros((len(factors), len(lam_grid))) for arm in (1, 0)}
         for i_f, f in enumerate(factors):
             for fold_index, fold in enumerate(folds):
@@ -388,7 +523,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None):
             f_best = factors[i_f]
         prepared["lam1"] = lam1
         report.chosen["lam1"] = dict(lam1)
-        if "v_bandwidth" in grids:
+        if "v_bandwidth" in grids and not v_ard:
             prepared["kernels"]["v"] = Kernel(v_kernel.name, tuple(v_kernel.bandwidth_array * f_best),
                                               f"{v_kernel.rule} x {f_best:g}, LOO")
             report.chosen["v_bandwidth_factor"] = float(f_best)
@@ -400,9 +535,67 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None):
             CcmeWarning,
             stacklevel=3,
         )
+    for role, (count, seconds) in searched.items():
+        report.notes.append(f"{role} bandwidths: per-group coordinate search, {count} LOO evaluations on at most "
+                            f"{ARD_UNITS[role]} units per regression, {seconds:.2f} s")
     note_edges(report)
     report.seconds = time.perf_counter() - started
     return params.replace(**prepared), report
+
+
+def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None):
+    """The V search's start: for a covariate whose X bandwidth stage 1 learned, that bandwidth (as a log2 factor
+    of V's rule); the rule's own elsewhere.
+
+    The stage-1 regression (φ(Y) on X) sees the same covariates with far less
+    noisy targets than the second stage's pseudo-outcomes, whose leave-one-out
+    criterion is often nearly flat in the bandwidths.
+    """
+    if x_kernel is None:
+        return None
+    learned = {g.label: x_kernel.bandwidth_array[g.columns[0]] for g in x_kernel.groups}
+    low, high = ARD_LOG2_RANGE
+    start = np.zeros(len(v_kernel.groups))
+    for i, g in enumerate(v_kernel.groups):
+        rule = v_kernel.bandwidth_array[g.columns[0]]
+        if g.label in learned and np.isfinite(rule):
+            start[i] = np.inf if np.isinf(learned[g.label]) else np.clip(np.log2(learned[g.label] / rule), low, high)
+    return start
+
+
+def _with_groups(kernel: Kernel) -> Kernel:
+    """``kernel``, or, when it knows no covariate groups (built by hand), with each column its own group."""
+    if kernel.groups:
+        return kernel
+    from .kernels import Group
+
+    groups = tuple(Group(f"column {j}", "numeric", (j,)) for j in range(len(kernel.bandwidth)))
+    return Kernel(kernel.name, kernel.bandwidth, kernel.rule, groups)
+
+
+def _is_ard(grid) -> bool:
+    return isinstance(grid, str) and grid == "ard"
+
+
+def _stage2_problems(mode, targets, V, lam1, rng) -> list:
+    """The second-stage regressions of the bandwidth search, pooled over the folds and subsampled.
+
+    One regression of both arms' pseudo-outcomes (their feature coordinates side
+    by side: its LOO error is the sum of the arms', as λ₁ is shared) on the
+    second-stage units, or one per arm for the one-step mode.
+    """
+    rows = {arm: np.concatenate([per_arm[arm][0] for per_arm in targets]) for arm in (1, 0)}
+    feats = {arm: np.vstack([per_arm[arm][1] for per_arm in targets]) for arm in (1, 0)}
+    if mode == "onestep":
+        total = len(rows[1]) + len(rows[0])
+        problems = []
+        for arm in (1, 0):
+            pick = _subsample(rows[arm], rng, ARD_UNITS["V"])
+            problems.append(_ArdProblem(Z=V[rows[arm][pick]], T=feats[arm][pick], weight=len(rows[arm]) / total,
+                                        lam=lam1[arm]))
+        return problems
+    pick = _subsample(rows[1], rng, ARD_UNITS["V"])
+    return [_ArdProblem(Z=V[rows[1][pick]], T=np.hstack([feats[1][pick], feats[0][pick]]), weight=1.0, lam=lam1[1])]
 
 
 def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1, replaced=None):
@@ -431,6 +624,264 @@ def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0,
             per_arm[arm] = (pseudo.rows, pseudo.features(G[pseudo.rows], first))
         out.append(per_arm)
     return out
+
+
+# ---------------------------------------------------------------------------
+# per-group (ARD) bandwidths by leave-one-out: a coordinate search
+# ---------------------------------------------------------------------------
+#: Units each regression of the bandwidth search uses at most, per stage: a seeded subsample of the arm's units,
+#: pooled over the folds' nuisance parts, in stage 1 ("X"); of the second-stage units with their fold's
+#: pseudo-outcomes in stage 2 ("V"), whose noisier targets need more units (and whose search costs less).
+ARD_UNITS = {"X": 500, "V": 2000}
+#: The sweeps of the coordinate search, as log2 steps of a group's factor: ×2 then ×√2.
+ARD_STEPS = (1.0, 0.5)
+#: Range of a group's log2 factor of the rule's bandwidth (1/16 … 16), besides +inf (the group dropped).
+ARD_LOG2_RANGE = (-4.0, 4.0)
+_ARD_IMPROVEMENT = 1e-6         # the relative decrease of the criterion a move needs
+#: Stage 2 moves a bandwidth only for a decrease of its criterion beyond this many standard errors: the
+#: pseudo-outcomes' leave-one-out criterion is often flat within its noise (stage 1's is not guarded).
+ARD_STAGE2_GUARD = 1.0
+
+
+@dataclass
+class _ArdProblem:
+    """One kernel ridge regression of the search: inputs, targets' feature coordinates, weight, current penalty."""
+
+    Z: np.ndarray
+    T: np.ndarray
+    weight: float
+    lam: float
+
+
+def _spectrum_bw(X, name: str, bandwidth: np.ndarray, lam_min: float, n_threads: int) -> _Spectrum:
+    """:func:`_spectrum` at explicit per-column bandwidths; the ignored (inf) columns are left out first.
+
+    With every column ignored the kernel is the constant 1: one eigenvector.
+    The caller holds the BLAS thread limit (:func:`_ard_search`).
+    """
+    n = len(X)
+    finite = np.isfinite(bandwidth)
+    if not finite.any():
+        return _Spectrum(Q=np.full((n, 1), 1.0 / np.sqrt(n)), s2=np.array([float(n)]), approximate=False)
+    tol = _RANK_TOL * min(1.0, n * lam_min)
+    X = np.ascontiguousarray(X[:, finite])
+    L, _, residual = _backend.pivoted_cholesky(X, name, bandwidth[finite], tol, _MAX_RANK, n_threads=n_threads)
+    s2, W = np.linalg.eigh(L.T @ L)
+    keep = s2 > 1e-13 * max(s2.max(initial=0.0), 1e-300)
+    s2, W = s2[keep], W[:, keep]
+    return _Spectrum(Q=(L @ W) / np.sqrt(s2), s2=s2, approximate=residual > tol)
+
+
+def _ard_loo(problem: _ArdProblem, name: str, bandwidth: np.ndarray, lambdas=None) -> np.ndarray:
+    """Leave-one-out errors of one regression, single-threaded (the search runs these in parallel).
+
+    Returns each unit's error at the problem's penalty (``lambdas`` None), or
+    the mean error at each penalty of ``lambdas``.
+
+    At the problem's penalty: K ≈ LLᵀ by pivoted Cholesky
+    (to 1e-2 · min(1, mλ)), H = L(LᵀL + mλI)⁻¹Lᵀ = BᵀB with B = C⁻¹Lᵀ, C the
+    Cholesky factor of LᵀL + mλI: about 3mr² operations for rank r, a third
+    of the eigendecomposition's.  Along a grid ``lambdas``: the spectral path
+    (:func:`ccme._backend.krr_loo_path`).
+    """
+    import scipy.linalg
+
+    if lambdas is not None:
+        spectrum = _spectrum_bw(problem.Z, name, bandwidth, float(np.min(lambdas)), 1)
+        return _backend.krr_loo_path(spectrum.Q, spectrum.s2, problem.T, lambdas, n_threads=1)[0]
+    m = len(problem.Z)
+    mu = m * problem.lam
+    finite = np.isfinite(bandwidth)
+    if finite.any():
+        L, _, _ = _backend.pivoted_cholesky(np.ascontiguousarray(problem.Z[:, finite]), name, bandwidth[finite],
+                                            _RANK_TOL * min(1.0, mu), _MAX_RANK, n_threads=1)
+    else:
+        L = np.ones((m, 1))  # the constant kernel
+    A = L.T @ L
+    A[np.diag_indices_from(A)] += mu
+    C = scipy.linalg.cholesky(A, lower=True, check_finite=False)
+    B = scipy.linalg.solve_triangular(C, L.T, lower=True, check_finite=False)
+    residual = problem.T - B.T @ (B @ problem.T)
+    h = np.einsum("ij,ij->j", B, B)
+    return np.einsum("ij,ij->i", residual, residual) / (1.0 - h) ** 2
+
+
+def _ard_search(problems, kernel: Kernel, lam_grid, tune_lambda: bool, n_threads: int, start=None,
+                guard: float = 0.0):
+    """Coordinate search of the log2 bandwidth factors of ``kernel.groups`` (and +inf), alternating with λ.
+
+    The criterion is Σ_p weight_p · LOO_p over the regressions ``problems``,
+    each at its own penalty, which is chosen over ``lam_grid`` at the start
+    and over [λ/10, 10λ] in half-decades after every sweep (``tune_lambda``;
+    else kept): the search alternates between the bandwidths and the penalties.  Sweep s visits the groups in
+    order, tries the factor × 2^(±step_s) (:data:`ARD_STEPS`) and, in the
+    first sweep, +inf (a dropped group tries its last finite value), and
+    moves to the best of them while it lowers the criterion, continuing in
+    the same direction; groups whose rule bandwidth is already inf (constant
+    columns) are left alone.  Evaluations of one visit run in parallel, one
+    thread each (the result does not depend on the thread count).  ``start``
+    (log2 factors, inf allowed) is where the search starts (default: 0, the
+    rule's bandwidths).  ``guard`` > 0 makes a move need a decrease of the
+    criterion larger than ``guard`` standard errors of the decrease (from the
+    units' paired leave-one-out errors): where the criterion is flat within
+    its noise the search stays where it is.
+
+    Returns
+    -------
+    theta : ndarray (n_groups,)
+        log2 factors, +inf for a dropped group.
+    visits : list of dict
+        Per group, {log2 factor: criterion} of its last visit.
+    evaluations : int
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    groups = kernel.groups
+    base = kernel.bandwidth_array
+    lam_grid = np.asarray(lam_grid, dtype=np.float64)
+    fixed = [not np.all(np.isfinite(base[list(g.columns)])) for g in groups]
+    theta = np.zeros(len(groups)) if start is None else np.where(fixed, 0.0, np.asarray(start, dtype=np.float64))
+    last_finite = np.where(np.isfinite(theta), theta, 0.0)
+    visits = [dict() for _ in groups]
+    count = 0
+    workers = max(1, min(8, n_threads if n_threads > 0 else (os.cpu_count() or 1)))
+
+    def bandwidth(t):
+        bw = base.copy()
+        for g, value in zip(groups, t):
+            cols = list(g.columns)
+            bw[cols] = np.inf if np.isinf(value) else base[cols] * 2.0 ** value
+        return bw
+
+    def evaluate(thetas, grids=None):
+        """Criterion at each θ in ``thetas`` at the problems' penalties, and the units' errors per problem (with
+        ``grids``, one λ grid per problem: at their best λ there, returned instead of the units' errors)."""
+        nonlocal count
+        grids = grids or [None] * len(problems)
+        tasks = [(i, j) for i in range(len(thetas)) for j in range(len(problems))]
+        bws = [bandwidth(t) for t in thetas]
+        with ThreadPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+            curves = list(pool.map(lambda ij: _ard_loo(problems[ij[1]], kernel.name, bws[ij[0]], grids[ij[1]]),
+                                   tasks))
+        count += len(thetas)
+        values = np.zeros(len(thetas))
+        extra = [[None] * len(problems) for _ in thetas]
+        for (i, j), curve in zip(tasks, curves):
+            if grids[j] is None:  # the units' errors at the problem's λ
+                values[i] += problems[j].weight * float(np.mean(curve))
+                extra[i][j] = curve
+            else:
+                k = _best(curve)
+                values[i] += problems[j].weight * curve[k]
+                extra[i][j] = float(grids[j][k])
+        return values, extra
+
+    def better(value, units, reference, reference_units) -> bool:
+        """Whether a decrease from ``reference`` to ``value`` counts (beyond ``guard`` standard errors)."""
+        decrease = reference - value
+        if not decrease > _ARD_IMPROVEMENT * reference:
+            return False
+        if guard <= 0:
+            return True
+        var = sum(p.weight ** 2 * np.var(r - u, ddof=1) / len(u) for p, u, r in zip(problems, units, reference_units))
+        return decrease > guard * np.sqrt(var)
+
+    def update_lambdas(first):
+        """Each problem's λ over ``lam_grid`` (the first time), then over [λ/10, 10λ] in half-decades."""
+        if tune_lambda:
+            local = [lam_grid if first else np.clip(p.lam * 10.0 ** np.arange(-1.0, 1.01, 0.5), lam_grid.min() / 100,
+                                                    lam_grid.max()) for p in problems]
+            _, lams = evaluate([theta.copy()], [np.unique(g) for g in local])
+            for p, lam in zip(problems, lams[0]):
+                p.lam = lam
+        values, units = evaluate([theta.copy()])
+        return float(values[0]), units[0]
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        current, current_units = update_lambdas(True)
+        low, high = ARD_LOG2_RANGE
+        for step in ARD_STEPS:
+            for g in range(len(groups)):
+                if fixed[g]:
+                    continue
+                seen = {float(theta[g]): current}
+                here = theta[g]
+                if np.isinf(here):
+                    candidates = [last_finite[g]]
+                else:  # dropping the group is tried in the first sweep
+                    candidates = [c for c in (max(low, here - step), min(high, here + step)) if c != here]
+                    candidates += [np.inf] if step == ARD_STEPS[0] else []
+                while candidates:
+                    trial = []
+                    for c in candidates:
+                        t = theta.copy()
+                        t[g] = c
+                        trial.append(t)
+                    values, units = evaluate(trial)
+                    seen.update({float(c): float(v) for c, v in zip(candidates, values)})
+                    k = int(np.argmin(values))
+                    if not better(values[k], units[k], current, current_units):
+                        break
+                    move = candidates[k] - here if np.isfinite(candidates[k]) and np.isfinite(here) else 0.0
+                    here, current, current_units = candidates[k], float(values[k]), units[k]
+                    theta[g] = here
+                    if np.isfinite(here):
+                        last_finite[g] = here
+                    nxt = here + move
+                    candidates = [nxt] if move and low <= nxt <= high else []
+                visits[g] = seen
+            current, current_units = update_lambdas(False)
+    return theta, visits, count
+
+
+def _subsample(rows: np.ndarray, rng, limit: int) -> np.ndarray:
+    """At most ``limit`` of ``rows`` (positions into it), sorted; all of them when there are fewer."""
+    if len(rows) <= limit:
+        return np.arange(len(rows))
+    return np.sort(rng.choice(len(rows), limit, replace=False))
+
+
+def _ard_kernel(kernel: Kernel, theta: np.ndarray) -> Kernel:
+    """``kernel`` with its groups' bandwidths multiplied by 2^θ (inf: dropped)."""
+    bw = kernel.bandwidth_array.copy()
+    for g, value in zip(kernel.groups, theta):
+        cols = list(g.columns)
+        bw[cols] = np.inf if np.isinf(value) else bw[cols] * 2.0 ** value
+    return Kernel(kernel.name, tuple(bw), f"{kernel.rule}, per-group factors by LOO (ARD)", kernel.groups)
+
+
+def _relevance(role: str, start: Kernel, tuned: Kernel, theta, scale: np.ndarray) -> list:
+    """The relevance table's rows of one kernel (see :meth:`TuningReport.relevance_frame`)."""
+    rows = []
+    for g, value in zip(tuned.groups, theta):
+        cols = list(g.columns)
+        bw = float(tuned.bandwidth_array[cols[0]])
+        dropped = bool(np.isinf(bw))
+        levels = len(cols) + 1 if g.kind in ("ordered", "binary") else len(cols)
+        rows.append({
+            "role": role, "group": g.label, "kind": g.kind, "n_columns": len(cols),
+            "levels": levels if g.categorical else None,
+            "factor": float(2.0 ** value) if np.isfinite(value) else float("inf"),
+            "bandwidth": bw,
+            "bandwidth_sd": (float("inf") if dropped else float(bw / scale[cols[0]]))
+            if not g.categorical and scale[cols[0]] > 0 else None,
+            "smoothing": g.smoothing(bw) if g.categorical else None,
+            "dropped": dropped,
+        })
+    return rows
+
+
+def _group_curves(parameter: str, kernel: Kernel, theta, visits) -> list:
+    curves = []
+    for g, value, seen in zip(kernel.groups, theta, visits):
+        if not seen:
+            continue
+        keys = sorted(seen)
+        factors = np.array([2.0 ** k if np.isfinite(k) else np.inf for k in keys])
+        chosen = 2.0 ** value if np.isfinite(value) else np.inf
+        curves.append(TuningCurve(parameter, factors, np.array([seen[k] for k in keys]),
+                                  "LOO (RKHS), coordinate search", float(chosen), None, None, g.label))
+    return curves
 
 
 # ---------------------------------------------------------------------------
@@ -510,6 +961,8 @@ def note_edges(report: TuningReport) -> None:
     """Say when a choice sits at the edge of its grid (the optimum may lie beyond it)."""
     for c in report.curves:
         values = np.asarray(c.values)
+        if c.group is not None:  # a coordinate search's few points around its choice, no grid
+            continue
         if len(values) > 2 and c.chosen in (values.min(), values.max()):
             side = "smallest" if c.chosen == values.min() else "largest"
             arm = "" if c.arm is None else f" ({'treated' if c.arm == 1 else 'control'})"

@@ -23,10 +23,11 @@ import numpy as np
 
 from .. import _backend
 from ..errors import ParameterError
-from ..kernels import Kernel, resolve_kernel
+from ..kernels import Kernel, design_groups, resolve_kernel
 from ..memory import check_allocation
 from ..pseudo import MODES, PseudoOutcome, pseudo_outcome, uses_first_stage
 from .base import CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned
+from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
 
 __all__ = ["RidgeEstimator", "RidgeFold", "RidgeFoldArm", "MODES", "RIDGE_DEFAULTS", "apply_first_stage"]
 
@@ -206,10 +207,14 @@ class RidgeFold(FoldFit):
     fold : ccme.crossfit.Fold
     """
 
-    def __init__(self, params: Parameters, data: CrossFitData, fold):
+    def __init__(self, params: Parameters, data: CrossFitData, fold, seed: int = 0, prebuilt=None):
         self.data, self.fold = data, fold
         self.v_kernel, self.x_kernel = params.kernels["v"], params.kernels["x"]
         self.lam0, self.lam1 = params["lam0"], params["lam1"]
+        # The first stage per arm ("auto" left unresolved, tune="none": the kernel ridge), the forest's
+        # settings, the fold's seed (the forest's) and the forests the tuning grew ({arm: ForestFirstStage}).
+        self.first_stage = params.get("first_stage", {1: "kernel", 0: "kernel"})
+        self.forest, self.seed, self.prebuilt = params.get("forest"), seed, dict(prebuilt or {})
         self._second_stage = {}  # λ₁ -> (L_V, jitter): one factor serves both arms when their λ₁ agree
         if data.mode != "onestep":
             self._factor_second_stage(self.lam1[1])
@@ -240,6 +245,12 @@ class RidgeFold(FoldFit):
             shift = len(rows) * self.lam1[arm]
             L_V, jit_v = self._factor_second_stage(self.lam1[arm])
         jitter = {"V": jit_v}
+        if pseudo.has_first_stage and self.first_stage[arm] == "forest":
+            from .forest_first_stage import forest_fold_arm
+
+            return forest_fold_arm(data=data, fold=fold, arm=arm, pseudo=pseudo, L_V=L_V, shift=shift + jit_v,
+                                   jitter=jitter, v_kernel=self.v_kernel, settings=self.forest, seed=self.seed,
+                                   prebuilt=self.prebuilt.get(arm))
         if pseudo.has_first_stage:
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
             L_X0, jitter["X"] = _guarded_factor(Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm],
@@ -294,6 +305,12 @@ RIDGE_DEFAULTS = {
     "x_bandwidth": "median",
     "v_bandwidth": "median",
     "y_bandwidth": "silverman",
+    # Stage 1: "kernel" (kernel ridge on X), "forest" (random-forest weights,
+    # ccme.estimators.forest_first_stage) or "auto" (per arm, the one with the
+    # smaller validated first-stage error; tune="none": the kernel); per arm as
+    # a dict {1: .., 0: ..}.  `forest` overrides FOREST_DEFAULTS' settings.
+    "first_stage": "kernel",
+    "forest": None,
 }
 
 
@@ -307,29 +324,41 @@ class RidgeEstimator(Estimator):
     supports_bootstrap = True
 
     def prepare(self, options: dict, *, design, Xo, seed: int) -> Parameters:
+        # The covariate groups (raw variables; a categorical's indicators together) of X and V (ccme.kernels).
+        x_groups, v_groups = design_groups(design, Xo)
         return Parameters({
             "kernels": {
-                "x": resolve_kernel(options["x_kernel"], options["x_bandwidth"], Xo, what="x_bandwidth", seed=seed),
+                "x": resolve_kernel(options["x_kernel"], options["x_bandwidth"], Xo, what="x_bandwidth", seed=seed,
+                                    groups=x_groups),
                 "v": resolve_kernel(options["v_kernel"], options["v_bandwidth"], design.V, what="v_bandwidth",
-                                    seed=seed),
+                                    seed=seed, groups=v_groups),
                 "y": resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
                                     seed=seed, density=True),
             },
             "lam0": per_arm_positive(options["lam0"], "lam0"),
             "lam1": per_arm_positive(options["lam1"], "lam1"),
+            "first_stage": check_first_stage(options["first_stage"]),
+            "forest": check_forest_settings(options["forest"]),
         })
 
     def tune(self, params: Parameters, *, data: CrossFitData, folds, grids: dict, seeds, auto: bool) -> Tuned:
-        """λ₀, λ₁ (and X/V bandwidth factors) by exact leave-one-out (:func:`ccme.tuning.tune_ridge`)."""
+        """λ₀, λ₁ and the X/V bandwidths (per covariate group) by exact leave-one-out (:func:`ccme.tuning.tune_ridge`)."""
         from ..tuning import TuningReport, tune_ridge
+        from .forest_first_stage import FirstStageSelection, needs_selection
 
-        if not any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
+        # A forest first stage is grown (and "auto" resolved) between the stage-1 and stage-2 tuning.
+        selection = FirstStageSelection(data=data, folds=folds, seeds=seeds) if needs_selection(params, data.mode) \
+            else None
+        if selection is not None and all(params["first_stage"][arm] == "forest" for arm in (1, 0)):
+            grids = {k: v for k, v in grids.items() if k not in ("lam0", "x_bandwidth")}  # no kernel first stage
+        if selection is None and not any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
             return Tuned(params, TuningReport())
-        params, report = tune_ridge(data=data, folds=folds, params=params, grids=grids)
-        return Tuned(params, report)
+        params, report = tune_ridge(data=data, folds=folds, params=params, grids=grids, first_stage=selection,
+                                    seed=int(seeds[0]))
+        return Tuned(params, report, prebuilt={} if selection is None else selection.prebuilt)
 
     def fit_fold(self, params: Parameters, *, data: CrossFitData, fold, seed: int, prebuilt=None) -> RidgeFold:
-        return RidgeFold(params, data, fold)
+        return RidgeFold(params, data, fold, seed=seed, prebuilt=prebuilt)
 
     def memory_bytes(self, params: Parameters, *, mode, A, folds) -> float:
         """Bytes of the Cholesky factors the fit will hold (:func:`factor_bytes`), checked before fitting."""
@@ -347,7 +376,7 @@ class RidgeEstimator(Estimator):
                 ("lambda0 (stage 1)", _per_arm_text(params["lam0"])),
                 ("lambda1 (stage 2)", _per_arm_text(params["lam1"])),
             ]),
-        ]
+        ] + first_stage_section(params, embeddings)
 
     def diagnostics(self, embeddings) -> list:
         jitters = [part.diagnostics()["jitter"] for emb in embeddings.values() for part in emb.parts]

@@ -1,0 +1,228 @@
+"""Per-group (ARD) bandwidths and categorical kernels (ccme.kernels, ccme.tuning, ccme.formula's coding).
+
+The categorical kernels are checked against Li and Racine's formulas written
+out naively; the search's leave-one-out criterion against brute-force refits;
+the tuned fit for what it learns (an irrelevant covariate dropped or much
+wider than a relevant one), its thread invariance and its save/load round trip.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import ccme
+import twins as _twins
+from ccme import _backend, tuning
+from ccme.formula import build_design, parse_formula
+from ccme.kernels import Group, Kernel, covariate_groups, design_groups, median_bandwidth
+
+
+def _mixed_frame(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "y": rng.normal(size=n),
+        "a": np.tile([0, 1], n // 2),
+        "x": rng.normal(size=n),
+        "g": rng.choice(["red", "green", "blue", "grey"], n),
+        "h": pd.Categorical(rng.choice(["low", "mid", "high"], n), categories=["low", "mid", "high"], ordered=True),
+        "flag": rng.random(n) > 0.5,
+        "k": rng.choice(["u", "v", "w"], n),
+    })
+
+
+def _li_racine(frame, sigma_x, lam_g, lam_h, lam_flag):
+    """Li and Racine's product kernel, term by term: Gaussian (x), unordered (g), ordered (h), binary (flag)."""
+    n = len(frame)
+    K = np.exp(-((frame.x.to_numpy()[:, None] - frame.x.to_numpy()[None, :]) ** 2) / (2 * sigma_x**2))
+    g, flag = frame.g.to_numpy(), frame.flag.to_numpy()
+    rank = frame.h.cat.codes.to_numpy()
+    for i in range(n):
+        for j in range(n):
+            K[i, j] *= 1.0 if g[i] == g[j] else lam_g
+            K[i, j] *= lam_h ** abs(int(rank[i]) - int(rank[j]))
+            K[i, j] *= 1.0 if flag[i] == flag[j] else lam_flag
+    return K
+
+
+def test_categorical_kernels_are_li_racine():
+    """A Gaussian kernel with one bandwidth per group on ccme's coding equals Li and Racine's mixed kernel."""
+    frame = _mixed_frame()
+    design = build_design(parse_formula("y ~ a | x + g + h + flag", frame.columns), frame)
+    assert design.v_names == ("x", "g[blue]", "g[green]", "g[grey]", "g[red]", "h[>=mid]", "h[>=high]", "flag")
+    _, groups = design_groups(design)
+    assert [(g.label, g.kind, g.columns) for g in groups] == [
+        ("x", "numeric", (0,)), ("g", "categorical", (1, 2, 3, 4)), ("h", "ordered", (5, 6)), ("flag", "binary", (7,))]
+    sigma = {"x": 0.8, "g": 0.9, "h": 1.3, "flag": 0.7}
+    bw = np.empty(design.V.shape[1])
+    for group in groups:
+        bw[list(group.columns)] = sigma[group.label]
+    lam = {g.label: g.smoothing(sigma[g.label]) for g in groups[1:]}
+    assert lam["g"] == pytest.approx(np.exp(-1 / 0.9**2))           # unordered: exp(-1/σ²)
+    assert lam["h"] == pytest.approx(np.exp(-1 / (2 * 1.3**2)))     # ordered, per rank step: exp(-1/(2σ²))
+    K = _backend.gram(design.V, design.V, "gaussian", bw)
+    want = _li_racine(frame, sigma["x"], lam["g"], lam["h"], lam["flag"])
+    np.testing.assert_allclose(K, want, rtol=1e-12, atol=1e-15)
+    # inf bandwidth drops a group: λ = 1
+    bw[list(groups[1].columns)] = np.inf
+    np.testing.assert_allclose(_backend.gram(design.V, design.V, "gaussian", bw),
+                               _li_racine(frame, sigma["x"], 1.0, lam["h"], lam["flag"]), rtol=1e-12)
+
+
+def test_full_coding_and_newdata_are_consistent(tmp_path):
+    """Every categorical keeps all its levels (the second one too); newdata, saved designs and unseen levels."""
+    frame = _mixed_frame()
+    design = build_design(parse_formula("y ~ a | g + k + h | x + flag", frame.columns), frame)
+    assert [n for n in design.v_names if n.startswith("k[")] == ["k[u]", "k[v]", "k[w]"]
+    assert design.x_kinds[-2:] == ("numeric", "binary")
+    block = design.V[:, [i for i, n in enumerate(design.v_names) if n.startswith("g[")]]
+    np.testing.assert_array_equal(block.sum(axis=1), 1.0)  # one indicator per level: rows sum to one
+    np.testing.assert_array_equal(design.encode_v(frame), design.V)
+    # ordered levels given as plain strings are coded by the training data's categories, by rank
+    new = pd.DataFrame({"g": ["grey", "red"], "k": ["w", "u"], "h": ["high", "low"]})
+    coded = design.encode_v(new)
+    np.testing.assert_array_equal(coded[:, -2:], [[1.0, 1.0], [0.0, 0.0]])
+    with pytest.raises(ccme.DataError, match="not seen in the training data"):
+        design.encode_v(new.assign(g=["grey", "purple"]))
+    again = type(design).from_state(design.to_state())
+    np.testing.assert_array_equal(again.encode_v(new), coded)
+    assert again.v_names == design.v_names
+
+
+def test_median_rule_shares_a_bandwidth_per_categorical_block():
+    frame = _mixed_frame(200, seed=3)
+    design = build_design(parse_formula("y ~ a | x + g", frame.columns), frame)
+    _, groups = design_groups(design)
+    bw = median_bandwidth(design.V, groups=groups)
+    block = bw[list(groups[1].columns)]
+    assert np.all(block == block[0])
+    # numeric columns keep the plain rule (bit for bit when there is no categorical block)
+    numeric = np.random.default_rng(1).normal(size=(200, 3))
+    np.testing.assert_array_equal(median_bandwidth(numeric),
+                                  median_bandwidth(numeric, groups=covariate_groups([{"a"}, {"b"}, {"c"}])))
+
+
+def _brute_loo(Z, T, bw, lam):
+    """Leave-one-out refits of the ridge regression of T's rows on Z, one by one (penalty nλ kept)."""
+    n = len(Z)
+    K = _twins.gram(Z, Z, "gaussian", bw)
+    total = 0.0
+    for i in range(n):
+        keep = np.arange(n) != i
+        beta = np.linalg.solve(K[np.ix_(keep, keep)] + n * lam * np.eye(n - 1), K[keep, i])
+        total += np.sum((T[i] - beta @ T[keep]) ** 2)
+    return total / n
+
+
+def test_ard_criterion_equals_brute_force_refits():
+    """The search's LOO error at per-group bandwidths (one dropped), both routes, against refits."""
+    rng = np.random.default_rng(5)
+    Z = np.column_stack([rng.normal(size=70), rng.normal(size=70), rng.integers(0, 2, 70)])
+    T = rng.normal(size=(70, 3)) + Z[:, :1]
+    for bw in (np.array([0.9, np.inf, 0.6]), np.array([1.5, 2.0, 0.8]), np.full(3, np.inf)):
+        for lam in (1e-3, 3e-2):
+            problem = tuning._ArdProblem(Z=Z, T=T, weight=1.0, lam=lam)
+            want = _brute_loo(Z, T, bw, lam)
+            # full rank: the pivoted Cholesky runs to its round-off floor at these penalties' tolerance
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(tuning, "_RANK_TOL", 1e-13)
+                got = tuning._ard_loo(problem, "gaussian", bw).mean()
+                path = tuning._ard_loo(problem, "gaussian", bw, np.array([lam, 10 * lam]))[0]
+            assert got == pytest.approx(want, rel=1e-7)
+            assert path == pytest.approx(want, rel=1e-7)
+
+
+def _relevant_and_noise(n=600, seed=4):
+    rng = np.random.default_rng(seed)
+    x1, noise, x3 = rng.normal(size=(3, n))
+    a = rng.binomial(1, 1 / (1 + np.exp(-x3)))
+    y = 2.0 * np.sin(1.5 * x1) + x3 + a + 0.5 * rng.normal(size=n)
+    return pd.DataFrame({"y": y, "a": a, "x1": x1, "noise": noise, "x3": x3})
+
+
+def test_irrelevant_covariate_gets_a_much_wider_bandwidth():
+    data = _relevant_and_noise()
+    res = ccme.fit("y ~ a | x1 + noise | x3", data, seed=2, propensity="forest")
+    table = res.tuning.relevance_frame().set_index(["role", "group"])
+    assert list(table.index) == [("X", "x1"), ("X", "noise"), ("X", "x3"), ("V", "x1"), ("V", "noise")]
+    for role in ("X", "V"):
+        relevant, noise = table.loc[(role, "x1"), "factor"], table.loc[(role, "noise"), "factor"]
+        assert noise >= 8 * relevant, (role, relevant, noise)  # measured: noise dropped (inf), x1 at 0.25-0.5
+    assert set(res.tuning.chosen) >= {"x_bandwidth", "v_bandwidth", "lam0", "lam1", "y_bandwidth"}
+    bw = res.kernels["v"].bandwidth_array
+    assert list(bw) == res.tuning.chosen["v_bandwidth"]
+    text = str(res.summary())
+    assert "Covariate relevance (learned bandwidths):" in text and "V: noise" in text
+    curves = [c for c in res.tuning.curves if c.group is not None]
+    assert {(c.parameter, c.group) for c in curves} >= {("x_bandwidth", "x1"), ("v_bandwidth", "noise")}
+    for c in curves:  # the X search takes every decrease; V's only those beyond a standard error
+        assert c.chosen in c.values
+        if c.parameter == "x_bandwidth":
+            assert c.chosen == c.values[np.argmin(c.criterion)]
+        else:
+            assert c.criterion[list(c.values).index(c.chosen)] <= c.criterion.min() + 0.01 * c.criterion.min()
+    frame = res.tuning.to_frame()
+    assert set(frame.loc[frame.group.notna(), "parameter"]) == {"x_bandwidth", "v_bandwidth"}
+
+
+ARD = {"x_bandwidth": "ard", "v_bandwidth": "ard", "lam0": [1e-3, 1e-2, 1e-1], "lam1": [1e-3, 1e-2, 1e-1]}
+
+
+def test_ard_fit_is_thread_invariant():
+    data = ccme.datasets.paper_simulation(300, seed=8)
+    fits = []
+    for threads in (1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ccme.OverlapWarning)  # the logistic propensity clips a few scores here
+            # logistic: a propensity model whose scores do not depend on the thread count (the search's own
+            # invariance is what is tested)
+            fits.append(ccme.fit("y ~ a | x1 + x2 | x3 + x4", data, seed=3, tune=ARD, n_threads=threads,
+                                 propensity="logistic"))
+    a, b = fits
+    assert a.kernels["x"] == b.kernels["x"] and a.kernels["v"] == b.kernels["v"]
+    assert a.tuning.relevance == b.tuning.relevance
+    grid = a.default_grid(60)
+    for arm in (1, 0):
+        assert a.density(grid, arm=arm).tobytes() == b.density(grid, arm=arm).tobytes()
+
+
+def test_categorical_fit_round_trips_through_a_file(tmp_path):
+    rng = np.random.default_rng(9)
+    n = 400
+    g = rng.choice(["a", "b", "c", "d"], n)
+    x = rng.normal(size=n)
+    a = rng.binomial(1, 1 / (1 + np.exp(-x)))
+    y = pd.Series(g).map({"a": 0.0, "b": 1.0, "c": 2.0, "d": 3.0}).to_numpy() + x + a + rng.normal(size=n)
+    frame = pd.DataFrame({"y": y, "a": a, "g": g, "x": x,
+                          "h": pd.Categorical(rng.choice(["lo", "hi"], n), categories=["lo", "hi"], ordered=True)})
+    res = ccme.fit("y ~ a | g + h | x", frame, seed=1, propensity="forest", tune=ARD)
+    back = ccme.load(res.save(tmp_path / "ard.ccme"))
+    assert back.kernels["v"] == res.kernels["v"] and back.kernels["v"].groups == res.kernels["v"].groups
+    pd.testing.assert_frame_equal(back.tuning.relevance_frame(), res.tuning.relevance_frame())
+    assert [(c.parameter, c.group) for c in back.tuning.curves] == [(c.parameter, c.group) for c in res.tuning.curves]
+    profiles = pd.DataFrame({"g": ["a", "d"], "h": ["hi", "lo"]})
+    grid = res.default_grid(50)
+    np.testing.assert_array_equal(back.density(grid, newdata=profiles, arm=1), res.density(grid, newdata=profiles, arm=1))
+    assert str(back.summary()).split("Tuning:")[1].split("Propensity:")[0] == \
+        str(res.summary()).split("Tuning:")[1].split("Propensity:")[0]
+    row = res.tuning.relevance_frame().set_index(["role", "group"]).loc[("V", "g")]
+    assert row["kind"] == "categorical" and row["levels"] == 4 and 0.0 <= row["smoothing"] <= 1.0
+
+
+def test_kernel_and_report_states_read_version_1():
+    """Files written before the groups (Kernel, TuningCurve, TuningReport version 1) still read."""
+    kernel = Kernel("gaussian", (1.0, 2.0), "median", (Group("x", "numeric", (0,)), Group("z", "numeric", (1,))))
+    state = kernel.to_state()
+    old = {k: v for k, v in state.items() if k != "groups"} | {"version": 1}
+    assert Kernel.from_state(old) == Kernel("gaussian", (1.0, 2.0), "median")
+    assert Kernel.from_state(state) == kernel
+    report = tuning.TuningReport(chosen={"lam1": {1: 0.1, 0: 0.1}}, curves=[
+        tuning.TuningCurve("lam1", np.array([0.1, 1.0]), np.array([2.0, 3.0]), "LOO", 0.1)])
+    state = report.to_state()
+    old = {k: v for k, v in state.items() if k != "relevance"} | {"version": 1}
+    old["curves"] = [{k: v for k, v in c.items() if k != "group"} | {"version": 1} for c in state["curves"]]
+    back = tuning.TuningReport.from_state(old)
+    assert back.relevance == [] and back.curves[0].group is None and back.chosen == report.chosen
