@@ -78,15 +78,19 @@ def _shade_bands(ax, bands, colours, label: bool):
 
     The band is mapped as the curve is made from the raw estimate
     (:meth:`ccme.Bands.on_the_curve`: clipped and rescaled for a density,
-    clipped and made monotone for a CDF), so it surrounds the drawn curve.
-    The legend says its level and what it covers.
+    clipped and made monotone for a CDF).  Bias-reduced bands (the default
+    target) are centred on the bias-reduced estimate, so, as robust
+    bias-corrected intervals, they need not be centred on the drawn curve;
+    ``target="regularised"`` bands surround it.  The legend says the level
+    and what the band covers.
     """
     drawn = bands.on_the_curve()
     what = "smoothed density" if bands.feature == "density" else "smoothed CDF"
+    how = "bias-reduced" if bands.order > 1 else "no bias correction"
     for i in range(len(bands.estimate)):
         ax.fill_between(bands.y, drawn["lower_simultaneous"][i], drawn["upper_simultaneous"][i], color=colours[i],
                         alpha=0.15, lw=0,
-                        label=(f"{bands.level:.0%} simultaneous band, {what} (no bias correction)"
+                        label=(f"{bands.level:.0%} simultaneous band, {what} ({how})"
                                if label and i == 0 else None))
 
 

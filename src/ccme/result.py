@@ -1037,14 +1037,28 @@ class CCMEResult:
         V, index = self._test_points(newdata, seed, n_global)
         return shape_test(self, V, index, hypothesis="location", n_boot=n_boot, seed=seed)
 
-    def bands(self, level=0.9, *, newdata=PROFILES, arm=1, y=None, feature="density", n_boot=499, seed=None):
+    def bands(self, level=0.9, *, newdata=PROFILES, arm=1, y=None, feature="density", n_boot=499, seed=None,
+              target="smoothed"):
         """Pointwise and simultaneous bootstrap bands for the smoothed density or CDF (linear second stages).
 
         The bands are for the unit-mass estimate Σ_k c_k(v) F(y_k, y) / Σ_k c_k(v)
         (not clipped, not made monotone) of the kernel-smoothed target
         E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v] (CDF), by the
-        multiplier bootstrap of :mod:`ccme.bootstrap`.  They do not include the
-        ridge regularisation bias.
+        multiplier bootstrap of :mod:`ccme.bootstrap`.
+
+        ``target="smoothed"`` (default) makes them bias-aware, in the spirit of
+        robust bias correction (Calonico, Cattaneo & Farrell 2018): they are
+        centred on the bias-reduced estimate of iterated Tikhonov regularisation
+        of order ``ccme.bootstrap.BAND_ORDER`` (the second stage refitted to its
+        own residuals, which leaves λ₁ and the bandwidths as tuned and shrinks
+        the regularisation bias) and their width is that estimate's bootstrap
+        spread, with the first stage's noise included (its linearisation,
+        :meth:`ccme.estimators.base.LinearSecondStage.first_stage_influence`,
+        for kernel-ridge first stages; others are held fixed).  So the band's
+        centre differs slightly from :meth:`density`.  ``target="regularised"``
+        gives the plain bands of the point estimate, which cover the
+        ridge-shrunk target only.  ``Bands.target`` says which.  Coverage is
+        measured in README ("Effects and uncertainty").
 
         Parameters
         ----------
@@ -1065,6 +1079,8 @@ class CCMEResult:
             Bootstrap draws (at least 10).
         seed : int or None, default None
             Seed of the multipliers; None: the fit's seed.
+        target : {"smoothed", "regularised"}, default "smoothed"
+            What the bands cover (above).
 
         Returns
         -------
@@ -1073,9 +1089,9 @@ class CCMEResult:
         Raises
         ------
         ParameterError
-            For a method without a linear second stage, an unknown ``feature``,
-            ``level`` outside (0, 1), ``n_boot`` below 10, or an ``arm`` that is not
-            one of the two arms.
+            For a method without a linear second stage, an unknown ``feature`` or
+            ``target``, ``level`` outside (0, 1), ``n_boot`` below 10, or an ``arm``
+            that is not one of the two arms.
         DataError
             A multivariate outcome, or ``newdata`` that cannot be encoded.
 
@@ -1096,7 +1112,7 @@ class CCMEResult:
         V = self._v(frame)
         grid = self.default_grid(200) if y is None else self.embedding(arm)._y(y)[:, 0]
         return bands(self, V, index, grid[:, None], arm=arm, feature=feature, level=level, n_boot=n_boot,
-                     seed=self.seed if seed is None else seed)
+                     seed=self.seed if seed is None else seed, target=target)
 
     # -- plots ----------------------------------------------------------------
     def plot(self, *, newdata=PROFILES, arm="both", y=None, ax=None, truth=None, bands=False, level=0.9, n_boot=299,

@@ -36,8 +36,8 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["Estimator", "Parameters", "CrossFitData", "FoldFit", "FoldArm", "LinearSecondStage", "Tuned",
-           "resolve_options", "FactoredArm", "contract_factored"]
+__all__ = ["Estimator", "Parameters", "CrossFitData", "FoldFit", "FoldArm", "LinearSecondStage", "FirstStageInfluence",
+           "Tuned", "resolve_options", "FactoredArm", "contract_factored"]
 
 
 def _freeze(value):
@@ -274,6 +274,40 @@ class LinearSecondStage(ABC):
     @abstractmethod
     def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
         """(I − H) P, the in-sample residuals of the second-stage smoother applied to unit features."""
+
+    def first_stage_influence(self, beta: np.ndarray, points, feature: str, kernel,
+                              n_threads: int = 0) -> "FirstStageInfluence | None":
+        """The first stage's noise in Σ_i β_i(v) ξ̂_i, linearised; None: the bootstrap conditions on it.
+
+        With μ̂₀(x) = Σ_l S_l(x) φ(Y0_l) linear in the first-stage outcomes, the
+        estimate's dependence on their noise ε0_l = φ(Y0_l) − E[φ(Y0_l) | X0_l]
+        is Σ_l W_l(v) ε0_l, W_l(v) = Σ_i β_i(v) b_i S_l(X1_i).  An implementation
+        returns the first-stage units l, W (for the given ``beta``) and the
+        features of the first stage's in-sample residuals, so that the
+        multiplier bootstrap can perturb them with the multipliers of the same
+        units (one unit is a second-stage unit of one fold and a first-stage
+        unit of another).  The default, None, leaves the first stage fixed.
+        """
+        return None
+
+
+@dataclass(frozen=True)
+class FirstStageInfluence:
+    """What :meth:`LinearSecondStage.first_stage_influence` returns.
+
+    Attributes
+    ----------
+    units : ndarray of int (m,)
+        Data rows of the first-stage units.
+    weights : ndarray (m, n_eval)
+        W_l(v) for each evaluation point of ``beta``.
+    residuals : ndarray (m, n_features)
+        Features of the first stage's in-sample residuals, (I − H₀) F(Y0).
+    """
+
+    units: np.ndarray
+    weights: np.ndarray
+    residuals: np.ndarray
 
 
 class FoldFit(ABC):

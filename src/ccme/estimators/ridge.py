@@ -189,6 +189,25 @@ class RidgeFoldArm(FoldArm, LinearSecondStage):
         """(I − H) P = s (K_V + sI)⁻¹ P, H = K_V (K_V + sI)⁻¹ the second stage's hat matrix."""
         return self.shift * _backend.cholesky_solve(self.L_V, P, n_threads)
 
+    def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0):
+        """W(v) = (K_X0 + s₀I)⁻¹ K_X0X1 (b ∘ β(v)) and the residual features s₀ (K_X0 + s₀I)⁻¹ F(Y0).
+
+        The first stage μ̂₀(x) = k_X0(x)ᵀ (K_X0 + s₀I)⁻¹ φ(Y0) is linear in the
+        first-stage outcomes (:meth:`LinearSecondStage.first_stage_influence`);
+        s₀ = mλ₀ (+ jitter) is read off the factor, L₀₀² = k(x, x) + s₀ = 1 + s₀.
+        None without a first stage.
+        """
+        if not self.pseudo.has_first_stage or self.L_X0.shape[0] == 0 or self.atom_units is None:
+            return None
+        from .base import FirstStageInfluence
+
+        s0 = float(self.L_X0[0, 0]) ** 2 - 1.0
+        F0 = _backend.atom_features(self.Y0, points, feature, kernel.name, kernel.bandwidth_array, n_threads)
+        residuals = s0 * _backend.cholesky_solve(self.L_X0, F0, n_threads)
+        pulled = apply_first_stage(self.X0, self.X1, self.x_kernel, self.pseudo.b[:, None] * beta, n_threads)
+        weights = _backend.cholesky_solve(self.L_X0, pulled, n_threads)
+        return FirstStageInfluence(units=self.atom_units[len(self.Y1):], weights=weights, residuals=residuals)
+
 
 class RidgeFold(FoldFit):
     """One cross-fitting fold of the ridge CCME (Algorithm "Kernel Ridge Regression Estimator").
