@@ -16,6 +16,9 @@ Configurations (``--methods``, comma-separated keys; default all):
                        so a rerun after the defaults change measures the new defaults.
 - ``ridge_ipw``, ``ridge_pi``, ``ridge_onestep``  the other modes, defaults otherwise.
 - ``ridge_dr_forest``  defaults with ``propensity="forest"``.
+- ``ridge_dr_folds5``, ``ridge_dr_hajek``, ``ridge_dr_forest_hajek``  defaults with 5 cross-fitting folds, with
+                       Hájek-normalised weights, with both the forest propensity and Hájek weights (candidates
+                       for the defaults, compared on the "choose" cases).
 - ``oracle_grid``      the best ridge DR, per arm, over a hand grid picked on the truth: penalties λ0 = λ1 ∈
                        {LOO-tuned, fixed values}, factors of the rule bandwidths of V and X, propensity ∈ {the
                        default, "forest"}; the outcome bandwidth is left to the package's cross-validation
@@ -70,6 +73,9 @@ CONFIGS = {
     "ridge_pi": ("ridge plug-in", {"mode": "pi"}),
     "ridge_onestep": ("ridge one-step", {"mode": "onestep"}),
     "ridge_dr_forest": ("ridge DR, propensity=forest", {"propensity": "forest"}),
+    "ridge_dr_folds5": ("ridge DR, folds=5", {"folds": 5}),
+    "ridge_dr_hajek": ("ridge DR, Hajek weights", {"normalize_weights": True}),
+    "ridge_dr_forest_hajek": ("ridge DR, forest + Hajek", {"propensity": "forest", "normalize_weights": True}),
     "oracle_grid": ("ridge DR, oracle hand grid", None),
     "marginal": ("marginal, ignores V (IPW KDE, true pi)", None),
     "deep_feature": ("Deep Feature DR (defaults)", {"method": "deep_feature"}),
