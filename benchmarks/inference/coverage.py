@@ -20,8 +20,10 @@ truth's ±4 sd box, for both arms:
   simultaneous coverage (all points inside) of the smoothed truth
   E[k(Y^a, y) | v] (the mixture with the read-out bandwidth² added to every
   component's variance: exact) and of the true density;
-- ``effect(level=0.9, q=(0.25, 0.5, 0.75))``: whether the intervals hold the
-  true mean difference and QTEs (and the QTEs of the smoothed laws).
+- ``effect(level=0.9, q=(0.25, 0.5, 0.75), alpha=(0.1,))``: whether the
+  intervals hold the true mean difference, QTEs and differences of the lower
+  and upper expected shortfalls at α = 0.1 (and the QTEs and shortfalls of
+  the smoothed laws; closed forms for Gaussian mixtures).
 
 The order of the bias reduction (``ccme.bootstrap.BAND_ORDER``) and the
 simultaneous floor were chosen on the ``paper`` case at n = 2000 (the zoo's
@@ -51,6 +53,7 @@ from benchmarks.accuracy.zoo import get_case  # noqa: E402
 
 LEVEL = 0.9
 Q = (0.25, 0.5, 0.75)
+ALPHA = 0.1
 TARGETS = ("smoothed", "regularised")
 OUT = ROOT / "benchmarks" / "inference" / "results" / "coverage.jsonl"
 
@@ -65,6 +68,27 @@ def quantiles(mix: Mixture, q, lo: float, hi: float) -> np.ndarray:
     t = np.linspace(lo, hi, 20001)
     F = mix.cdf(t)
     return np.stack([[np.interp(level, row, t) for level in q] for row in F])
+
+
+def shortfalls(mix: Mixture, alpha: float, lo: float, hi: float) -> dict:
+    """Exact lower and upper expected shortfalls at ``alpha`` of each V-point's Gaussian mixture: {tail: (n_v,)}.
+
+    ES⁻ = (1/α) Σ_k w_k [m_k Φ(z_k) − s_k φ(z_k)], z_k = (Q(α) − m_k)/s_k, and
+    ES⁺ = (1/α) Σ_k w_k [m_k (1 − Φ(z_k)) + s_k φ(z_k)], z_k = (Q(1 − α) − m_k)/s_k.
+    """
+    from scipy.stats import norm
+
+    w = mix.weights / mix.weights.sum(axis=1, keepdims=True)
+    m, sd = mix.means[:, :, 0], np.sqrt(mix.covs[:, :, 0, 0])
+    out = {}
+    for tail, level in (("lower", alpha), ("upper", 1 - alpha)):
+        t = quantiles(mix, (level,), lo, hi)  # (n_v, 1)
+        z = (t - m) / sd
+        if tail == "lower":
+            out[tail] = (w * (m * norm.cdf(z) - sd * norm.pdf(z))).sum(axis=1) / alpha
+        else:
+            out[tail] = (w * (m * norm.sf(z) + sd * norm.pdf(z))).sum(axis=1) / alpha
+    return out
 
 
 def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray) -> dict:
@@ -91,7 +115,7 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray) -> dict:
             out[f"arm{arm}_{target}_width"] = (b.upper - b.lower).mean(axis=1).tolist()
     out["bands_seconds"] = round(time.perf_counter() - started, 2)
 
-    eff = res.effect(newdata=v_points, q=Q, level=LEVEL, n_boot=499, seed=rep)
+    eff = res.effect(newdata=v_points, q=Q, alpha=(ALPHA,), level=LEVEL, n_boot=499, seed=rep)
     lo, hi = y[0] - 10 * np.ptp(y), y[-1] + 10 * np.ptp(y)
     mixes = {arm: case.mixture(v_points, arm) for arm in (1, 0)}
     true_mean = [float(a - b) for a, b in zip(_means(mixes[1]), _means(mixes[0]))]
@@ -109,6 +133,14 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray) -> dict:
     out["qte_smoothed_covered"] = [
         float(r.conf_low <= smooth_qte[profiles.index(r.profile), Q.index(r.at)] <= r.conf_high)
         for r in qte.itertuples()]
+    es = {arm: shortfalls(mixes[arm], ALPHA, lo, hi) for arm in (1, 0)}
+    es_smooth = {arm: shortfalls(smoothed(mixes[arm], bw[arm]), ALPHA, lo, hi) for arm in (1, 0)}
+    for tail in ("lower", "upper"):
+        rows_t = rows[rows["term"] == f"es_{tail}"]
+        for name, truth in (("", es), ("_smoothed", es_smooth)):
+            diff = truth[1][tail] - truth[0][tail]
+            out[f"es_{tail}{name}_covered"] = [float(r.conf_low <= diff[profiles.index(r.profile)] <= r.conf_high)
+                                               for r in rows_t.itertuples()]
     return out
 
 
@@ -155,8 +187,9 @@ def summarise(out: Path) -> str:
     for row in rows:
         groups.setdefault((row["case"], row["n"]), []).append(row)
     head = ("| case | n | data sets | band | pointwise, smoothed | simultaneous, smoothed | pointwise, true density "
-            "| simultaneous, true density | mean width | mean diff | QTE (true) | QTE (smoothed) |")
-    lines = [head, "|" + "---|" * 12]
+            "| simultaneous, true density | mean width | mean diff | QTE (true) | QTE (smoothed) | ES⁻ diff | ES⁺ diff |")
+    lines = [head, "|" + "---|" * 14]
+    effect_keys = ("mean_diff_covered", "qte_covered", "qte_smoothed_covered", "es_lower_covered", "es_upper_covered")
     for (case, n), group in sorted(groups.items()):
         def mean(key):
             return float(np.mean([np.mean(r[f"arm{a}_{key}"]) for r in group for a in (1, 0)]))
@@ -164,10 +197,11 @@ def summarise(out: Path) -> str:
         for target in TARGETS:
             effects = ""
             if target == TARGETS[0]:
-                effects = " | ".join(f"{np.mean([np.mean(r[k]) for r in group]):.3f}"
-                                     for k in ("mean_diff_covered", "qte_covered", "qte_smoothed_covered"))
+                effects = " | ".join(
+                    f"{np.mean([np.mean(r[k]) for r in group if k in r]):.3f}" if any(k in r for r in group) else "–"
+                    for k in effect_keys)
             else:
-                effects = " | | "
+                effects = " |  |  |  | "
             lines.append(
                 f"| {case} | {n} | {len(group)} | {target} | {mean(target + '_smoothed_pointwise'):.3f} | "
                 f"{mean(target + '_smoothed_simultaneous'):.3f} | {mean(target + '_true_pointwise'):.3f} | "

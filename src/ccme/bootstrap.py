@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .embedding import invert_cdf, normalized_cdf
+from .embedding import invert_cdf, normalized_cdf, tail_means
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS
 from .estimators.base import LinearSecondStage
@@ -526,14 +526,15 @@ def _interval(estimate, estimate_star_grid, star, level, floor=None) -> Interval
     return Interval(std_error=star.std(axis=1), conf_low=low, conf_high=estimate + half)
 
 
-def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level: float, n_boot: int, seed) -> dict:
+def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level: float, n_boot: int, seed,
+                     alpha=()) -> dict:
     """Multiplier-bootstrap intervals for the effects of :func:`ccme.effects.effect_frame`.
 
     Each draw perturbs both arms' second stages with the same multipliers per
     unit (:func:`_linear`) and recomputes every effect from the perturbed raw
     embeddings exactly as the estimate is computed from the fitted ones:
     means as first moment / mass, CDFs normalised (:func:`ccme.embedding.normalized_cdf`),
-    QTEs by inversion, the MMD as the RKHS norm of the difference (on the
+    QTEs by inversion, expected shortfalls by :func:`ccme.embedding.tail_means`, the MMD as the RKHS norm of the difference (on the
     quadrature of :func:`_mmd_grid`).  The interval is the estimate ± the
     ``level`` quantile of |T* − T| (symmetric basic bootstrap; for the MMD
     floored at 0), the standard error the draws' standard deviation.  Like
@@ -550,6 +551,8 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
         term → the point estimates the table reports ((n_v,) or (n_v, k)).
     q, y_points : ndarray
         Quantile levels of the QTEs and outcome points of the CDF differences (d_y = 1).
+    alpha : ndarray
+        Tail probabilities of the expected-shortfall differences (d_y = 1).
     level : float
     n_boot : int
     seed : int
@@ -590,6 +593,8 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
             F = {arm: normalized_cdf(raw_grid[arm], mass[arm][:, None]) for arm in (1, 0)}
             if len(q):
                 out["qte"] = invert_cdf(F[1], grid, q) - invert_cdf(F[0], grid, q)
+            for tail in ("lower", "upper") if len(alpha) else ():
+                out[f"es_{tail}"] = tail_means(F[1], grid, alpha, tail) - tail_means(F[0], grid, alpha, tail)
             gap = np.abs(F[1] - F[0])
             out["kolmogorov"] = gap.max(axis=1)[:, None]
             out["wasserstein"] = np.sum(0.5 * (gap[:, 1:] + gap[:, :-1]) * np.diff(grid), axis=1)[:, None]

@@ -15,7 +15,10 @@ Every quantity is computed from the two arms' embeddings through
   bootstrap test of :mod:`ccme.bootstrap` calibrates;
 - the Kolmogorov distance sup_y |F̂₁(y | v) − F̂₀(y | v)| and the
   1-Wasserstein distance ∫ |F̂₁ − F̂₀| dy between the normalised estimated
-  distributions (d_y = 1), on a fine grid (:func:`fine_grid`).
+  distributions (d_y = 1), on a fine grid (:func:`fine_grid`);
+- tail risk: differences of the lower and upper expected shortfalls
+  ES⁻(α) = E[Y | Y ≤ Q(α)] and ES⁺(α) = E[Y | Y ≥ Q(1 − α)] (d_y = 1,
+  :meth:`ccme.Embedding.expected_shortfall`).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import numpy as np
 import pandas as pd
 
 
-__all__ = ["fine_grid", "effect_table", "effect_estimates", "effect_frame", "DEFAULT_QUANTILES"]
+__all__ = ["fine_grid", "effect_table", "effect_estimates", "effect_frame", "DEFAULT_QUANTILES", "DEFAULT_TAILS"]
 
 #: Levels of the quantile treatment effects reported by default.
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+#: Tail probabilities α of the expected-shortfall differences reported by default.
+DEFAULT_TAILS = (0.1,)
 
 
 def fine_grid(res, size: int = 2001) -> np.ndarray:
@@ -67,12 +72,13 @@ def effect_table(res, V: np.ndarray, index, q=DEFAULT_QUANTILES) -> pd.DataFrame
     return table
 
 
-def effect_estimates(res, V: np.ndarray, q, y_points) -> dict:
+def effect_estimates(res, V: np.ndarray, q, y_points, alpha=()) -> dict:
     """The point estimates of every effect at the V-points: term → array (n_v, k).
 
     ``mean_diff`` has one column per outcome dimension; ``qte`` one per level
-    in ``q`` and ``cdf_diff`` one per point in ``y_points`` (d_y = 1);
-    ``mmd``, ``kolmogorov`` and ``wasserstein`` one column.
+    in ``q``, ``cdf_diff`` one per point in ``y_points``, ``es_lower`` and
+    ``es_upper`` one per tail probability in ``alpha`` (d_y = 1); ``mmd``,
+    ``kolmogorov`` and ``wasserstein`` one column.
     """
     emb1, emb0 = res.embedding(1), res.embedding(0)
     out = {"mean_diff": emb1.mean(v=V) - emb0.mean(v=V)}
@@ -88,20 +94,25 @@ def effect_estimates(res, V: np.ndarray, q, y_points) -> dict:
         out["kolmogorov"] = gap.max(axis=1)[:, None]
         # The trapezoid rule on the fine grid; the CDFs are 0 and 1 beyond it.
         out["wasserstein"] = np.sum(0.5 * (gap[:, 1:] + gap[:, :-1]) * np.diff(grid), axis=1)[:, None]
+        if len(alpha):
+            for tail in ("lower", "upper"):
+                out[f"es_{tail}"] = (emb1.expected_shortfall(alpha, v=V, tail=tail, grid=grid)
+                                     - emb0.expected_shortfall(alpha, v=V, tail=tail, grid=grid))
     return out
 
 
-def effect_frame(res, V: np.ndarray, index, estimates: dict, *, q, y_points, intervals=None) -> pd.DataFrame:
+def effect_frame(res, V: np.ndarray, index, estimates: dict, *, q, y_points, alpha=(),
+                 intervals=None) -> pd.DataFrame:
     """The long table of :meth:`ccme.CCMEResult.effect`: one row per V-point, term and column of the term.
 
     Columns ``profile``, ``term``, ``outcome``, ``at`` (the quantile level of a
     QTE, the outcome value of a CDF difference, NaN otherwise) and
-    ``estimate``; with ``intervals`` (term → list of
+    ``estimate`` (``at`` is α for the expected shortfalls); with ``intervals`` (term → list of
     :class:`ccme.bootstrap.Interval`) also ``std_error``, ``conf_low`` and
     ``conf_high``.
     """
     names = list(res.design.y_names)
-    at = {"qte": list(q), "cdf_diff": list(y_points)}
+    at = {"qte": list(q), "cdf_diff": list(y_points), "es_lower": list(alpha), "es_upper": list(alpha)}
     rows = []
     for i, label in enumerate(index):
         for term, values in estimates.items():

@@ -37,7 +37,7 @@ from .errors import CcmeWarning, DataError, ParameterError
 from .grids import outcome_grid
 from .kernels import Kernel
 
-__all__ = ["Embedding", "invert_cdf", "normalized_cdf", "check_levels"]
+__all__ = ["Embedding", "invert_cdf", "normalized_cdf", "check_levels", "tail_means"]
 
 #: Points of the grid on which quantiles, intervals and modes are located (d_y = 1).
 FINE_GRID_SIZE = 2001
@@ -664,6 +664,118 @@ class Embedding:
             raise ParameterError(f"`level` must be a number in (0, 1); got {level!r}")
         return self.quantile([(1 - level) / 2, (1 + level) / 2], v=v, grid=grid)
 
+    def expected_shortfall(self, alpha, *, v, tail: str = "lower", grid=None) -> np.ndarray:
+        """Expected shortfall (conditional value-at-risk) of the estimated distribution; d_y = 1.
+
+        Lower tail: ES⁻(α) = E[Y | Y ≤ Q(α)] = (1/α) ∫₀^α Q(u) du, the mean of
+        the worst α share of outcomes; upper tail: ES⁺(α) = E[Y | Y ≥ Q(1 − α)],
+        the superquantile at 1 − α.  Computed from the normalised CDF of
+        :meth:`cdf` by the Rockafellar–Uryasev representation (Rockafellar &
+        Uryasev 2002; Acerbi & Tasche 2002), exact for any distribution,
+
+            ES⁻(α) = Q(α) − (1/α) ∫_{−∞}^{Q(α)} F(y) dy,
+            ES⁺(α) = Q(1 − α) + (1/α) ∫_{Q(1−α)}^{∞} (1 − F(y)) dy,
+
+        with F piecewise linear on ``grid`` (:func:`tail_means`).
+
+        Parameters
+        ----------
+        alpha : float or sequence of floats in (0, 1)
+            Tail probabilities.
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points: a DataFrame with the columns V is built from (encoded by
+            the fit's formula), or V's encoded columns as an array.
+        tail : {"lower", "upper"}, default "lower"
+        grid : ndarray (G,) or None, default None
+            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
+
+        Returns
+        -------
+        ndarray (n_v, len(alpha))
+
+        Raises
+        ------
+        ParameterError
+            ``alpha`` outside (0, 1), an unknown ``tail``, or ``v`` is None, or a
+            DataFrame for an embedding without a formula.
+        DataError
+            A multivariate outcome, or ``v`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> es = emb.expected_shortfall([0.05, 0.1], v=ccme.datasets.PAPER_PROFILES)
+        >>> bool((es <= emb.quantile([0.05, 0.1], v=ccme.datasets.PAPER_PROFILES)).all())
+        True
+        """
+        self._require_1d("the expected shortfall")
+        levels = check_levels(alpha, "alpha")
+        grid = self.default_grid() if grid is None else np.asarray(grid, dtype=np.float64)
+        return tail_means(self.cdf(grid[:, None], v=v, normalize=True), grid, levels, tail)
+
+    def superquantile(self, p, *, v, grid=None) -> np.ndarray:
+        """Superquantile Q̄(p) = (1/(1 − p)) ∫_p^1 Q(u) du = E[Y | Y ≥ Q(p)] (the upper expected shortfall at 1 − p).
+
+        Parameters
+        ----------
+        p : float or sequence of floats in (0, 1)
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points.
+        grid : ndarray (G,) or None, default None
+            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
+
+        Returns
+        -------
+        ndarray (n_v, len(p))
+
+        Raises
+        ------
+        ParameterError
+            ``p`` outside (0, 1).
+        DataError
+            A multivariate outcome.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.embedding(1).superquantile(0.9, v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 1)
+        """
+        levels = check_levels(p, "p")
+        return self.expected_shortfall(1.0 - levels, v=v, tail="upper", grid=grid)
+
+    def exceedance(self, c, *, v) -> np.ndarray:
+        """P(Y > c | V = v) = 1 − F̂(c | v), from the normalised CDF; d_y = 1.
+
+        Parameters
+        ----------
+        c : float or sequence of floats
+            Thresholds.
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points.
+
+        Returns
+        -------
+        ndarray (n_v, len(c))
+
+        Raises
+        ------
+        DataError
+            A multivariate outcome or non-finite thresholds.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.embedding(1).exceedance([0.0, 20.0], v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 2)
+        """
+        self._require_1d("the exceedance probability")
+        return 1.0 - self.cdf(self._y(np.atleast_1d(np.asarray(c, dtype=np.float64))), v=v, normalize=True)
+
     def mode(self, *, v, candidates=None) -> np.ndarray:
         """The candidate point of highest estimated density for each V-point, shape (n_v, d_y).
 
@@ -913,6 +1025,34 @@ def invert_cdf(F: np.ndarray, grid: np.ndarray, q: np.ndarray) -> np.ndarray:
         out[i] = grid[k - 1] + t * (grid[k] - grid[k - 1])
         out[i, q <= row[0]] = grid[0]
     return out.reshape(F.shape[:-1] + (len(q),))
+
+
+def tail_means(F: np.ndarray, grid: np.ndarray, alpha: np.ndarray, tail: str) -> np.ndarray:
+    """Expected shortfalls of non-decreasing CDF rows ``F`` (shape (R, G)) on ``grid``: shape (R, len(alpha)).
+
+    ``tail="lower"``: Q(α) − (1/α) ∫ F up to Q(α); ``"upper"``: Q(1 − α) +
+    (1/α) ∫ (1 − F) beyond Q(1 − α) (:meth:`Embedding.expected_shortfall`).
+    F is linear between grid points, with the conventions of
+    :func:`invert_cdf`: mass below the grid sits at grid[0], mass above it at
+    grid[-1].  The integrals are the exact integrals of that piecewise-linear
+    F (cumulative trapezoid, then the part of the last interval up to Q).
+    """
+    if tail not in ("lower", "upper"):
+        raise ParameterError(f"`tail` must be 'lower' or 'upper'; got {tail!r}")
+    F = np.asarray(F, dtype=np.float64)
+    levels = alpha if tail == "lower" else 1.0 - alpha
+    t = invert_cdf(F, grid, levels)  # (R, L)
+    steps = np.diff(grid)
+    C = np.concatenate([np.zeros((len(F), 1)), np.cumsum(0.5 * (F[:, 1:] + F[:, :-1]) * steps, axis=1)], axis=1)
+    k = np.clip(np.searchsorted(grid, t, side="right"), 1, len(grid) - 1)  # t in [grid[k-1], grid[k]]
+    y0 = grid[k - 1]
+    f0, f1 = np.take_along_axis(F, k - 1, axis=1), np.take_along_axis(F, k, axis=1)
+    frac = (t - y0) / (grid[k] - y0)
+    below = np.take_along_axis(C, k - 1, axis=1) + (t - y0) * (f0 + 0.5 * frac * (f1 - f0))  # ∫_{grid0}^t F
+    if tail == "lower":
+        return t - below / alpha
+    above = (grid[-1] - t) - (C[:, -1:] - below)  # ∫_t^{grid end} (1 − F)
+    return t + above / alpha
 
 
 def _warn_no_mass(mass: np.ndarray, what: str, cause: str, consequence: str) -> np.ndarray:

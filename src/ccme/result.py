@@ -515,6 +515,109 @@ class CCMEResult:
         out = emb.quantile(levels, v=self._v(newdata), grid=self.fine_grid())
         return out[:, 0] if np.ndim(q) == 0 else out
 
+    def expected_shortfall(self, alpha, *, newdata=None, arm=1, tail="lower") -> np.ndarray:
+        """Expected shortfall (CVaR) of Y^a | V = v: the mean of the lower (or upper) α tail (d_y = 1).
+
+        ES⁻(α) = E[Y^a | Y^a ≤ Q(α), v], ES⁺(α) = E[Y^a | Y^a ≥ Q(1 − α), v]
+        (:meth:`ccme.Embedding.expected_shortfall`), on :meth:`fine_grid`.
+
+        Parameters
+        ----------
+        alpha : float or array of floats in (0, 1)
+            Tail probabilities.
+        newdata : DataFrame or None, default None
+            Rows with the columns V is built from, one V-point each; None: the
+            training data's rows.
+        arm : 1, 0, bool or a treatment level, default 1
+            The arm.
+        tail : {"lower", "upper"}, default "lower"
+
+        Returns
+        -------
+        ndarray (n_newdata, len(alpha)), or (n_newdata,) for a scalar ``alpha``
+
+        Raises
+        ------
+        ParameterError
+            ``alpha`` outside (0, 1), an unknown ``tail``, or ``arm`` not one of the two arms.
+        DataError
+            A multivariate outcome, or ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.expected_shortfall(0.1, newdata=ccme.datasets.PAPER_PROFILES, tail="upper").shape
+        (2,)
+        """
+        levels = check_levels(alpha, "alpha")
+        out = self.embedding(arm).expected_shortfall(levels, v=self._v(newdata), tail=tail, grid=self.fine_grid())
+        return out[:, 0] if np.ndim(alpha) == 0 else out
+
+    def superquantile(self, p, *, newdata=None, arm=1) -> np.ndarray:
+        """Superquantile E[Y^a | Y^a ≥ Q(p), v] (the upper expected shortfall at 1 − p; d_y = 1).
+
+        Parameters
+        ----------
+        p : float or array of floats in (0, 1)
+        newdata : DataFrame or None, default None
+            The V-points (None: the training data's rows).
+        arm : 1, 0, bool or a treatment level, default 1
+
+        Returns
+        -------
+        ndarray (n_newdata, len(p)), or (n_newdata,) for a scalar ``p``
+
+        Raises
+        ------
+        ParameterError
+            ``p`` outside (0, 1), or ``arm`` not one of the two arms.
+        DataError
+            A multivariate outcome, or ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.superquantile([0.5, 0.9], newdata=ccme.datasets.PAPER_PROFILES).shape
+        (2, 2)
+        """
+        levels = check_levels(p, "p")
+        out = self.embedding(arm).superquantile(levels, v=self._v(newdata), grid=self.fine_grid())
+        return out[:, 0] if np.ndim(p) == 0 else out
+
+    def exceedance(self, c, *, newdata=None, arm=1) -> np.ndarray:
+        """Exceedance probabilities P(Y^a > c | V = v) = 1 − F̂(c | v) (normalised CDF; d_y = 1).
+
+        Parameters
+        ----------
+        c : float or array of floats
+            Thresholds.
+        newdata : DataFrame or None, default None
+            The V-points (None: the training data's rows).
+        arm : 1, 0, bool or a treatment level, default 1
+
+        Returns
+        -------
+        ndarray (n_newdata, len(c)), or (n_newdata,) for a scalar ``c``
+
+        Raises
+        ------
+        ParameterError
+            ``arm`` not one of the two arms.
+        DataError
+            A multivariate outcome, non-finite thresholds, or ``newdata`` that cannot be encoded.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> res.exceedance(20.0, newdata=ccme.datasets.PAPER_PROFILES).shape
+        (2,)
+        """
+        out = self.embedding(arm).exceedance(c, v=self._v(newdata))
+        return out[:, 0] if np.ndim(c) == 0 else out
+
     def interval(self, level=0.9, *, newdata=None, arm=1) -> np.ndarray:
         """Central prediction interval of Y^a | V = v: the (1 ∓ level)/2 quantiles (d_y = 1).
 
@@ -792,12 +895,16 @@ class CCMEResult:
         return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
 
     # -- effects and uncertainty -------------------------------------------
-    def effect(self, *, newdata=PROFILES, q=None, y=None, level=0.95, n_boot=None, seed=None) -> pd.DataFrame:
+    def effect(self, *, newdata=PROFILES, q=None, y=None, alpha=None, level=0.95, n_boot=None,
+               seed=None) -> pd.DataFrame:
         """Distributional treatment effects at each V-point, with bootstrap intervals, as a long table.
 
         The effects (see :mod:`ccme.effects`): ``mean_diff`` E[Y¹ | v] − E[Y⁰ | v]
         (per outcome dimension); ``qte`` Q₁(q | v) − Q₀(q | v) at each level q;
-        ``cdf_diff`` F₁(y | v) − F₀(y | v) at each outcome value y; ``mmd``
+        ``cdf_diff`` F₁(y | v) − F₀(y | v) at each outcome value y (the difference
+        of exceedance probabilities P(Y > y | v) is its negative); ``es_lower`` and
+        ``es_upper`` the differences of the lower and upper expected shortfalls
+        (CVaR, :meth:`expected_shortfall`) at each tail probability α; ``mmd``
         ‖μ̂₁(v) − μ̂₀(v)‖ (exact); ``kolmogorov`` and ``wasserstein``
         (1-Wasserstein) distances between the normalised distributions
         (d_y = 1 for all but ``mean_diff`` and ``mmd``).  For estimators with a
@@ -817,6 +924,9 @@ class CCMEResult:
             Levels of the quantile treatment effects; None: 0.1, 0.25, 0.5, 0.75, 0.9.
         y : sequence of float or None, default None
             Outcome values of the CDF differences; None: the outcome's quartiles.
+        alpha : sequence of float in (0, 1) or None, default None
+            Tail probabilities of the expected-shortfall differences; None: 0.1;
+            ``[]``: none.
         level : float in (0, 1), default 0.95
             Level of the intervals.
         n_boot : int or None, default None
@@ -829,7 +939,7 @@ class CCMEResult:
         -------
         DataFrame
             Columns ``profile``, ``term``, ``outcome``, ``at`` (q of a QTE, y of a
-            CDF difference, NaN otherwise), ``estimate``, and with intervals
+            CDF difference, α of an expected shortfall, NaN otherwise), ``estimate``, and with intervals
             ``std_error``, ``conf_low``, ``conf_high``; ``attrs`` records the
             interval method, level and draws.
 
@@ -847,28 +957,30 @@ class CCMEResult:
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> table = res.effect(q=[0.5], n_boot=99)
         >>> sorted(set(table["term"]))
-        ['cdf_diff', 'kolmogorov', 'mean_diff', 'mmd', 'qte', 'wasserstein']
+        ['cdf_diff', 'es_lower', 'es_upper', 'kolmogorov', 'mean_diff', 'mmd', 'qte', 'wasserstein']
         >>> list(table.columns[-3:])
         ['std_error', 'conf_low', 'conf_high']
         """
         from .bootstrap import effect_intervals
-        from .effects import DEFAULT_QUANTILES, effect_estimates, effect_frame
+        from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         frame, index = self._frame(newdata)
         V = self._v(frame)
         levels = check_levels(DEFAULT_QUANTILES if q is None else q, "q")
+        tails = check_levels(DEFAULT_TAILS, "alpha") if alpha is None else (
+            np.zeros(0) if np.size(alpha) == 0 else check_levels(alpha, "alpha"))
         one_dim = self.design.Y.shape[1] == 1
         if y is None:
             y_points = np.quantile(self.design.Y[:, 0], [0.25, 0.5, 0.75]) if one_dim else np.zeros(0)
         else:
             y_points = self.embedding(1)._y(y)[:, 0] if one_dim else np.zeros(0)
         if not one_dim:
-            levels = np.zeros(0)
+            levels, tails = np.zeros(0), np.zeros(0)
         if n_boot is None:
             n_boot = 499 if self.estimator.supports_bootstrap else 0
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
             raise ParameterError(f"`n_boot` must be a non-negative integer; got {n_boot!r}")
-        estimates = effect_estimates(self, V, levels, y_points)
+        estimates = effect_estimates(self, V, levels, y_points, tails)
         intervals = None
         if n_boot:
             if not self.estimator.supports_bootstrap:
@@ -877,8 +989,9 @@ class CCMEResult:
                     "gives estimates only: pass n_boot=0"
                 )
             intervals = effect_intervals(self, V, estimates, q=levels, y_points=y_points, level=level,
-                                         n_boot=int(n_boot), seed=self.seed if seed is None else seed)
-        table = effect_frame(self, V, index, estimates, q=levels, y_points=y_points, intervals=intervals)
+                                         n_boot=int(n_boot), seed=self.seed if seed is None else seed, alpha=tails)
+        table = effect_frame(self, V, index, estimates, q=levels, y_points=y_points, alpha=tails,
+                             intervals=intervals)
         table.attrs.update(interval="multiplier bootstrap, symmetric basic" if intervals else "none",
                            level=float(level) if intervals else None, n_boot=int(n_boot))
         return table
