@@ -103,11 +103,14 @@ def test_tidy_tables_use_the_usual_columns(res):
     assert list(res.tidy().columns) == ["profile", "arm", "outcome", "term", "estimate"]
     eff = res.effect(q=[0.5], y=[0.0, 3.0], n_boot=49)
     assert list(eff.columns) == ["profile", "term", "outcome", "at", "estimate", "std_error", "conf_low", "conf_high"]
-    assert set(eff.term) == {"mean_diff", "qte", "cdf_diff", "mmd", "kolmogorov", "wasserstein"}
+    assert set(eff.term) == {"mean_diff", "qte", "cdf_diff", "mmd", "kolmogorov", "wasserstein", "es_lower", "es_upper"}
     assert eff.loc[eff.term == "qte", "at"].eq(0.5).all()
     assert sorted(eff.loc[eff.term == "cdf_diff", "at"].unique()) == [0.0, 3.0]
-    assert eff.loc[~eff.term.isin(["qte", "cdf_diff"]), "at"].isna().all()
-    assert (eff.conf_low <= eff.estimate).all() and (eff.estimate <= eff.conf_high).all() and (eff.std_error > 0).all()
+    assert eff.loc[eff.term.str.startswith("es_"), "at"].eq(0.1).all()
+    assert eff.loc[~eff.term.isin(["qte", "cdf_diff", "es_lower", "es_upper"]), "at"].isna().all()
+    assert (eff.conf_low < eff.conf_high).all() and (eff.std_error > 0).all()  # bias-reduced: not centred on estimate
+    plain = res.effect(q=[0.5], y=[0.0, 3.0], n_boot=49, target="regularised")
+    assert (plain.conf_low <= plain.estimate).all() and (plain.estimate <= plain.conf_high).all()
     assert eff.attrs["level"] == 0.95 and eff.attrs["n_boot"] == 49
     assert list(res.effect(n_boot=0).columns) == ["profile", "term", "outcome", "at", "estimate"]
     bands = res.bands(0.9, newdata=PAPER_PROFILES, y=res.default_grid(20), n_boot=29, seed=1)

@@ -152,6 +152,13 @@ def _mass_linear(res, arm, V, **how) -> list:
     return _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d), **how)
 
 
+def _bias_reduction(target: str) -> dict:
+    """How :func:`_linear` builds the terms for a ``target``: bias-reduced ("smoothed") or plain ("regularised")."""
+    if target not in BAND_TARGETS:
+        raise ParameterError(f"`target` must be one of {sorted(BAND_TARGETS)}; got {target!r}")
+    return {"order": BAND_ORDER, "first_stage": True} if target == "smoothed" else {}
+
+
 def _multipliers(n: int, n_boot: int, seed) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, n_boot))
 
@@ -288,10 +295,8 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     _check_boot(n_boot, level)
     if feature not in ("density", "cdf"):
         raise ParameterError(f"`feature` must be 'density' or 'cdf'; got {feature!r}")
-    if target not in BAND_TARGETS:
-        raise ParameterError(f"`target` must be one of {sorted(BAND_TARGETS)}; got {target!r}")
-    how = {"order": BAND_ORDER, "first_stage": True} if target == "smoothed" else {}
-    floor = SD_FLOOR if target == "smoothed" else 0.0
+    how = _bias_reduction(target)
+    floor = SD_FLOOR if how else 0.0
     kernel = res.embedding(arm).y_kernel  # the kernel the arm's density and CDF are read out with
     lin = _linear(res, arm, V, y, feature, kernel, **how)
     lin_mass = _mass_linear(res, arm, V, **how)
@@ -527,7 +532,7 @@ def _interval(estimate, estimate_star_grid, star, level, floor=None) -> Interval
 
 
 def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level: float, n_boot: int, seed,
-                     alpha=()) -> dict:
+                     alpha=(), target: str = "smoothed") -> dict:
     """Multiplier-bootstrap intervals for the effects of :func:`ccme.effects.effect_frame`.
 
     Each draw perturbs both arms' second stages with the same multipliers per
@@ -556,6 +561,7 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     level : float
     n_boot : int
     seed : int
+    target : {"smoothed", "regularised"}
 
     Returns
     -------
@@ -563,23 +569,26 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
         term → list of :class:`Interval`, one per column of the term's estimate.
     """
     _check_boot(n_boot, level)
+    how = _bias_reduction(target)
     d = res.design.Y.shape[1]
     g = _multipliers(res.n, n_boot, seed)
     one_dim = d == 1
-    lin_m = {arm: _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d)) for arm in (1, 0)}
+    lin_m = {arm: _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d), **how)
+             for arm in (1, 0)}
     raw_m = {arm: sum(p.estimate() for p in lin_m[arm]) for arm in (1, 0)}
     if one_dim:
         grid = res.fine_grid(EFFECT_GRID)
         kernels = {arm: res.embedding(arm).y_kernel for arm in (1, 0)}
-        lin_g = {arm: _linear(res, arm, V, grid[:, None], "cdf", kernels[arm]) for arm in (1, 0)}
+        lin_g = {arm: _linear(res, arm, V, grid[:, None], "cdf", kernels[arm], **how) for arm in (1, 0)}
         raw_g = {arm: sum(p.estimate() for p in lin_g[arm]) for arm in (1, 0)}
         order = np.argsort(y_points, kind="stable")
-        lin_c = {arm: _linear(res, arm, V, y_points[order][:, None], "cdf", kernels[arm]) for arm in (1, 0)}
+        lin_c = {arm: _linear(res, arm, V, y_points[order][:, None], "cdf", kernels[arm], **how) for arm in (1, 0)}
         raw_c = {arm: sum(p.estimate() for p in lin_c[arm]) for arm in (1, 0)}
         with_mmd = res.kernels["y"].name == "gaussian"
         if with_mmd:
             t, w, s = _mmd_grid(res)
-            lin_t = {arm: _linear(res, arm, V, t[:, None], "density", Kernel("gaussian", (s,))) for arm in (1, 0)}
+            lin_t = {arm: _linear(res, arm, V, t[:, None], "density", Kernel("gaussian", (s,)), **how)
+                     for arm in (1, 0)}
             diff_t = sum(p.estimate() for p in lin_t[1]) - sum(p.estimate() for p in lin_t[0])
 
     def summaries(raw_mo, raw_grid, raw_points, diff_quad):
@@ -629,7 +638,9 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
             out[term] = [Interval(nan, nan, nan) for _ in range(estimate.shape[1])]
             continue
         floor = 0.0 if term in ("mmd", "kolmogorov", "wasserstein") else None
-        out[term] = [_interval(estimate[:, j], centre[term][:, j], stars[term][:, j], level, floor)
+        # Bias-reduced: centred on the bias-reduced effect (computed as the draws are); plain: on the estimate.
+        middle = centre[term] if how else estimate
+        out[term] = [_interval(middle[:, j], centre[term][:, j], stars[term][:, j], level, floor)
                      for j in range(estimate.shape[1])]
     return out
 

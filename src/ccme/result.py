@@ -896,7 +896,7 @@ class CCMEResult:
 
     # -- effects and uncertainty -------------------------------------------
     def effect(self, *, newdata=PROFILES, q=None, y=None, alpha=None, level=0.95, n_boot=None,
-               seed=None) -> pd.DataFrame:
+               seed=None, target="smoothed") -> pd.DataFrame:
         """Distributional treatment effects at each V-point, with bootstrap intervals, as a long table.
 
         The effects (see :mod:`ccme.effects`): ``mean_diff`` E[Y¹ | v] − E[Y⁰ | v]
@@ -910,9 +910,13 @@ class CCMEResult:
         (d_y = 1 for all but ``mean_diff`` and ``mmd``).  For estimators with a
         linear second stage (ridge) each row also has a multiplier-bootstrap
         standard error and a ``level`` interval
-        (:func:`ccme.bootstrap.effect_intervals`): estimate ± the ``level``
-        quantile of |T* − T|, for the regularised effect (the ridge bias is not
-        included; ``benchmarks/calibration.py effects`` measures the coverage).
+        (:func:`ccme.bootstrap.effect_intervals`): T ± the ``level`` quantile of
+        |T* − T|.  With ``target="smoothed"`` (default) T and the draws T* are
+        the bias-reduced ones of :meth:`bands` (robust bias correction: the
+        interval is centred on the bias-reduced effect, so it need not be
+        centred on ``estimate``); ``target="regularised"`` gives plain intervals
+        around ``estimate``, which cover the ridge-regularised effect only.
+        README ("Effects and uncertainty") gives the measured coverage.
 
         Parameters
         ----------
@@ -934,6 +938,8 @@ class CCMEResult:
             bootstrap, else no intervals; 0: no intervals.
         seed : int or None, default None
             Seeds the multipliers; None: the fit's seed.
+        target : {"smoothed", "regularised"}, default "smoothed"
+            Bias-reduced or plain intervals (above).
 
         Returns
         -------
@@ -961,8 +967,10 @@ class CCMEResult:
         >>> list(table.columns[-3:])
         ['std_error', 'conf_low', 'conf_high']
         """
-        from .bootstrap import effect_intervals
+        from .bootstrap import BAND_ORDER, _bias_reduction, effect_intervals
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
+
+        _bias_reduction(target)  # checks `target` before any work
 
         frame, index = self._frame(newdata)
         V = self._v(frame)
@@ -989,10 +997,13 @@ class CCMEResult:
                     "gives estimates only: pass n_boot=0"
                 )
             intervals = effect_intervals(self, V, estimates, q=levels, y_points=y_points, level=level,
-                                         n_boot=int(n_boot), seed=self.seed if seed is None else seed, alpha=tails)
+                                         n_boot=int(n_boot), seed=self.seed if seed is None else seed, alpha=tails,
+                                         target=target)
         table = effect_frame(self, V, index, estimates, q=levels, y_points=y_points, alpha=tails,
                              intervals=intervals)
-        table.attrs.update(interval="multiplier bootstrap, symmetric basic" if intervals else "none",
+        method = ("multiplier bootstrap, symmetric basic, bias-reduced (iterated Tikhonov, order "
+                  f"{BAND_ORDER})" if target == "smoothed" else "multiplier bootstrap, symmetric basic")
+        table.attrs.update(interval=method if intervals else "none", target=target if intervals else None,
                            level=float(level) if intervals else None, n_boot=int(n_boot))
         return table
 
