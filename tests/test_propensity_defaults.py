@@ -1,4 +1,4 @@
-"""The nuisance defaults: propensity="auto" (a Super Learner by log-loss), clip="auto" (Crump), Hájek weights.
+"""The nuisance stage: propensity="auto" (a Super Learner by log-loss), clip="auto" (Crump), Hájek weights.
 
 The Super Learner sees each fold's nuisance part only; its reported
 log-losses are those of the out-of-fold predictions, and its weights
@@ -51,11 +51,11 @@ def data():
 
 @pytest.fixture(scope="module")
 def res(data):
-    return ccme.fit(F, data, seed=7, tune="none")
+    return ccme.fit(F, data, seed=7, tune="none", propensity="auto")
 
 
 # -- the defaults --------------------------------------------------------------
-def test_defaults_are_auto(res):
+def test_auto_is_a_stack_fitted_on_each_fold(res):
     assert res.propensity.startswith("auto")
     assert res.overlap.clip_rule.startswith("auto")
     report = res.propensity_report
@@ -74,12 +74,12 @@ def test_the_defaults_are_those_of_fit():
     import inspect
 
     params = inspect.signature(ccme.fit).parameters
-    assert params["propensity"].default == "auto" and params["clip"].default == "auto"
+    assert params["propensity"].default == "forest" and params["clip"].default == "auto"
     assert params["normalize_weights"].default is DEFAULT_NORMALIZE
 
 
 def test_fit_is_deterministic_given_the_seed(data, res):
-    again = ccme.fit(F, data, seed=7, tune="none")
+    again = ccme.fit(F, data, seed=7, tune="none", propensity="auto")
     np.testing.assert_array_equal(again.propensity_scores, res.propensity_scores)
     assert again.propensity_report.selections == res.propensity_report.selections
 
@@ -105,7 +105,8 @@ def test_selection_uses_only_nuisance_rows(data, monkeypatch):
 
     monkeypatch.setattr(ps, "_quiet_fit", spy_fit)
     monkeypatch.setattr(ps, "_proba1", spy_proba)
-    res = ccme.fit("y ~ a | x1 | x2 + x3 + rid", frame, seed=7, tune="none", propensity_covariates=["rid", "x2", "x3"])
+    res = ccme.fit("y ~ a | x1 | x2 + x3 + rid", frame, seed=7, tune="none", propensity_covariates=["rid", "x2", "x3"],
+                   propensity="auto")
     nuisance = [set(f.nuisance) for f in res.folds]
     targets = [set(f.target) for f in res.folds]
     assert len(fits) > 2 * len(ps.CANDIDATES)
@@ -180,7 +181,7 @@ def test_auto_picks_the_right_kind_of_model(case, expected):
         return expit(1.2 * X[:, 1] - 0.8 * X[:, 2] + 0.5 * X[:, 3])
 
     frame = _data(n=1200, seed=5, logit=step if case == "step" else linear)
-    res = ccme.fit(F + " + x4", frame, seed=2, tune="none")
+    res = ccme.fit(F + " + x4", frame, seed=2, tune="none", propensity="auto")
     assert set(res.propensity_report.chosen) <= expected, res.propensity_report.cv_log_loss()
 
 
@@ -264,7 +265,7 @@ def test_hajek_weights_average_to_one_per_fold_and_arm(data):
 
 
 def test_normalize_weights_option(data, res):
-    res_h = ccme.fit(F, data, seed=7, tune="none", normalize_weights=True)
+    res_h = ccme.fit(F, data, seed=7, tune="none", normalize_weights=True, propensity="auto")
     assert res_h.overlap.normalized and not res.overlap.normalized
     assert "Hajek" in str(res_h.summary())
     np.testing.assert_array_equal(res_h.propensity_scores, res.propensity_scores)

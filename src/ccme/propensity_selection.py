@@ -16,8 +16,8 @@ Candidates
 ``"forest"``
     The paper's random forest: 100 trees of depth at most 4.
 
-``"auto"`` (:class:`AutoPropensity`, the default of :func:`ccme.fit`)
---------------------------------------------------------------------
+``"auto"`` (:class:`AutoPropensity`; :func:`ccme.fit`'s default is ``"forest"``, see there why)
+-----------------------------------------------------------------------------------------------
 A Super Learner (van der Laan, Polley & Hubbard 2007) fitted on each
 cross-fitting fold's nuisance part only (the units whose scores it
 predicts never enter).  The candidates' out-of-fold probabilities come from
