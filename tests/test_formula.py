@@ -57,6 +57,7 @@ def test_covariate_subsets(frame):
         d.columns_of(["y"])
 
 
+@pytest.mark.filterwarnings("ignore::ccme.errors.OverlapWarning")  # small data, weak overlap: not the point here
 def test_fit_with_categorical_v_and_profiles(frame):
     res = ccme.fit("y ~ a | age + group | inc", frame, seed=3, propensity_covariates=["age", "inc"],
                    outcome_covariates="age + group")
