@@ -5,6 +5,7 @@ long: run it in the background)::
 
     PYTHONPATH=src nohup python benchmarks/calibration.py size  > /tmp/cal-size.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py power > /tmp/cal-power.log &
+    PYTHONPATH=src nohup python benchmarks/calibration.py shift > /tmp/cal-shift.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py bands > /tmp/cal-bands.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py effects > /tmp/cal-effects.log &
     PYTHONPATH=src nohup python benchmarks/calibration.py shape > /tmp/cal-shape.log &
@@ -57,11 +58,12 @@ def scale_data(n: int, scale: float, seed, shift: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame({"y": y, "a": a, "x1": X[:, 0], "x2": X[:, 1], "x3": X[:, 2]})
 
 
-def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_global: int = 20, seed0: int = 0):
+def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_global: int = 20, seed0: int = 0,
+                    shift: float = 0.0):
     """Fraction of ``reps`` fits whose p-values fall at or below 0.05 and 0.10 (global and at x1 = 0)."""
     pglob, ppoint = [], []
     for r in range(reps):
-        data = scale_data(n, scale, seed0 + r)
+        data = scale_data(n, scale, seed0 + r, shift=shift)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
@@ -71,7 +73,7 @@ def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_glo
         ppoint.append(point.p_value)
     pglob, ppoint = np.array(pglob), np.array(ppoint)
     return {
-        "n": n, "scale": scale, "reps": reps, "n_boot": n_boot,
+        "n": n, "scale": scale, "shift": shift, "reps": reps, "n_boot": n_boot,
         "global_0.05": float(np.mean(pglob <= 0.05)), "global_0.10": float(np.mean(pglob <= 0.10)),
         "point_0.05": float(np.mean(ppoint <= 0.05)), "point_0.10": float(np.mean(ppoint <= 0.10)),
     }
@@ -205,7 +207,7 @@ def shape_rejections(n: int, reps: int, *, hypothesis: str, scale: float, shift:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["size", "power", "bands", "effects", "shape"])
+    parser.add_argument("part", choices=["size", "power", "shift", "bands", "effects", "shape"])
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--n", type=int, nargs="+", default=None, help="sample sizes")
     args = parser.parse_args(argv)
@@ -214,6 +216,11 @@ def main(argv=None):
         run = rejection_rates
     elif args.part == "power":
         settings = [dict(n=n, scale=1.5, reps=args.reps or 100) for n in (args.n or (250, 500, 1000, 2000))]
+        run = rejection_rates
+    elif args.part == "shift":
+        # a location shift of one outcome-SD given V (sd(Y⁰ | x1) = √2): the issue's power target at n = 2000
+        settings = [dict(n=n, scale=1.0, shift=float(np.sqrt(2.0)), reps=args.reps or 100)
+                    for n in (args.n or (500, 1000, 2000))]
         run = rejection_rates
     elif args.part == "bands":
         settings = [dict(n=n, reps=args.reps or 100, feature=f) for n in (args.n or (1000, 2000))

@@ -6,6 +6,7 @@ table README shows)::
 
     python benchmarks/inference/coverage.py --cases paper,hetero_v2,linear_v1 --n 2000 --reps 100
     python benchmarks/inference/coverage.py --cases paper --n 10000 --reps 30
+    python benchmarks/inference/coverage.py --cases paper --n 2000 --reps 40 --n-rep 5   # repeated cross-fitting
     python benchmarks/inference/coverage.py --summarise
 
 Data-generating processes: the accuracy zoo's cases (``benchmarks/accuracy``),
@@ -91,14 +92,14 @@ def shortfalls(mix: Mixture, alpha: float, lo: float, hi: float) -> dict:
     return out
 
 
-def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray) -> dict:
+def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1) -> dict:
     data, _ = case.simulate(n, rep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # clipping notes and the like: this run measures, it does not read
         started = time.perf_counter()
-        res = ccme.fit(case.formula, data, seed=rep)
+        res = ccme.fit(case.formula, data, seed=rep, n_rep=n_rep)
         fit_seconds = time.perf_counter() - started
-    out = {"case": case.name, "n": n, "rep": rep, "fit_seconds": round(fit_seconds, 2)}
+    out = {"case": case.name, "n": n, "rep": rep, "n_rep": n_rep, "fit_seconds": round(fit_seconds, 2)}
     started = time.perf_counter()
     for arm in (1, 0):
         mix = case.mixture(v_points, arm)
@@ -148,22 +149,22 @@ def _means(mix: Mixture) -> np.ndarray:
     return (mix.weights * mix.means[:, :, 0]).sum(axis=1) / mix.weights.sum(axis=1)
 
 
-def run(cases, n: int, reps: int, out: Path) -> None:
+def run(cases, n: int, reps: int, out: Path, n_rep: int = 1) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()
     if out.exists():
         for line in out.read_text().splitlines():
             row = json.loads(line)
-            done.add((row["case"], row["n"], row["rep"]))
+            done.add((row["case"], row["n"], row["rep"], row.get("n_rep", 1)))
     for name in cases:
         case = get_case(name)
         v_points = case.eval_points(3, seed=0)
         box = np.concatenate([case.mixture(v_points, arm).limits(z=4.0) for arm in (1, 0)])
         y = np.linspace(box[:, 0].min(), box[:, 1].max(), 100)
         for rep in range(reps):
-            if (name, n, rep) in done:
+            if (name, n, rep, n_rep) in done:
                 continue
-            row = one_data_set(case, n, rep, v_points, y)
+            row = one_data_set(case, n, rep, v_points, y, n_rep)
             row["ccme_commit"] = _commit()
             with out.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
@@ -185,12 +186,12 @@ def summarise(out: Path) -> str:
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     groups = {}
     for row in rows:
-        groups.setdefault((row["case"], row["n"]), []).append(row)
-    head = ("| case | n | data sets | band | pointwise, smoothed | simultaneous, smoothed | pointwise, true density "
+        groups.setdefault((row["case"], row["n"], row.get("n_rep", 1)), []).append(row)
+    head = ("| case | n | n_rep | data sets | band | pointwise, smoothed | simultaneous, smoothed | pointwise, true density "
             "| simultaneous, true density | mean width | mean diff | QTE (true) | QTE (smoothed) | ES⁻ diff | ES⁺ diff |")
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 15]
     effect_keys = ("mean_diff_covered", "qte_covered", "qte_smoothed_covered", "es_lower_covered", "es_upper_covered")
-    for (case, n), group in sorted(groups.items()):
+    for (case, n, n_rep), group in sorted(groups.items()):
         def mean(key):
             return float(np.mean([np.mean(r[f"arm{a}_{key}"]) for r in group for a in (1, 0)]))
 
@@ -203,7 +204,7 @@ def summarise(out: Path) -> str:
             else:
                 effects = " |  |  |  | "
             lines.append(
-                f"| {case} | {n} | {len(group)} | {target} | {mean(target + '_smoothed_pointwise'):.3f} | "
+                f"| {case} | {n} | {n_rep} | {len(group)} | {target} | {mean(target + '_smoothed_pointwise'):.3f} | "
                 f"{mean(target + '_smoothed_simultaneous'):.3f} | {mean(target + '_true_pointwise'):.3f} | "
                 f"{mean(target + '_true_simultaneous'):.3f} | {mean(target + '_width'):.4f} | {effects} |")
     return "\n".join(lines)
@@ -215,12 +216,13 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--n-rep", type=int, default=1, help="repeated cross-fitting: fit(n_rep=...)")
     parser.add_argument("--summarise", action="store_true", help="print the table of what --out holds")
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out))
         return 0
-    run(args.cases.split(","), args.n, args.reps, args.out)
+    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep)
     return 0
 
 

@@ -39,6 +39,7 @@ def fit(
     method: str = "ridge",
     mode: str = "dr",
     folds: int = 2,
+    n_rep: int = 1,
     propensity="forest",
     seed=None,
     clip="auto",
@@ -71,6 +72,17 @@ def fit(
         among the arm's units (paper, Section "Experiments").
     folds : int, default 2
         Cross-fitting folds K ≥ 2; the estimate averages the K fold estimates.
+    n_rep : int, default 1
+        Repeated cross-fitting (DoubleML's ``n_rep``): the whole cross-fit
+        (folds, propensity, both stages) is repeated on R = ``n_rep``
+        independent splits and the estimate averages their K·R fold
+        estimates, which removes most of the estimate's dependence on the
+        split.  The hyperparameters are tuned once, on the first split, and
+        shared; the diagnostics (``res.folds``, ``res.overlap``, the
+        propensity report) are the first split's.  The bootstrap sees every
+        repetition (each unit keeps one multiplier).  Costs about R times the
+        cross-fitting (not the tuning).  Repetition r ≥ 1 is seeded by
+        (seed, r), so ``n_rep=1`` is the fit without repetitions, bit for bit.
     propensity : str, classifier or array, default "forest"
         How π(x) = P(A = 1 | X = x) is estimated (on each fold's nuisance part).
         "forest" (default): a random forest (100 trees, depth 4, as the paper).
@@ -238,7 +250,8 @@ def fit(
     (2, 2)
     """
     started = time.perf_counter()
-    call = _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters)
+    call = _describe_call(formula, method, mode, folds, propensity, seed,
+                          dict(hyperparameters, n_rep=n_rep) if n_rep != 1 else hyperparameters)
     # validate: every argument before any work
     estimator = get_estimator(method)
     check_mode(mode)
@@ -249,6 +262,9 @@ def fit(
         raise ParameterError(f"`normalize_weights` must be True or False; got {normalize_weights!r}")
     if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0.0 <= trim < 0.5:
         raise ParameterError(f"`trim` must be a number in [0, 0.5); got {trim!r}")
+    if isinstance(n_rep, (bool, np.bool_)) or not isinstance(n_rep, (int, np.integer)) or n_rep < 1:
+        raise ParameterError(f"`n_rep` must be a positive integer; got {n_rep!r}")
+    clip_arg = clip
     options = estimator.options(hyperparameters)
     grids = resolve_tune(tune, method, estimator.user_keys(hyperparameters))
     if seed is None:
@@ -267,9 +283,10 @@ def fit(
     Xo = np.ascontiguousarray(design.X[:, out_cols])
     params = estimator.prepare(options, design=design, Xo=Xo, seed=int(rng.integers(2**31 - 1)))
     # refuse now, before the propensity and tuning work (ccme.memory)
-    needed = estimator.memory_bytes(params, mode=mode, A=design.A, folds=fold_list)
+    needed = estimator.memory_bytes(params, mode=mode, A=design.A, folds=fold_list) * int(n_rep)
     if needed:
-        check_allocation(needed, f"the {method} estimator's Cholesky factors (n = {design.n}, {len(fold_list)} folds)")
+        check_allocation(needed, f"the {method} estimator's Cholesky factors (n = {design.n}, {len(fold_list)} folds"
+                                 + (f" x {n_rep} repetitions)" if n_rep > 1 else ")"))
 
     # propensity: cross-fitted scores, overlap diagnostics, clipping and trimming
     prop_model = make_propensity(propensity, design.n, rng.integers(2**31 - 1))
@@ -300,6 +317,13 @@ def fit(
     if "y_bandwidth" in grids:
         embeddings = tune_readout(embeddings, data=crossfit_data, folds=fold_list, grids=grids,
                                   seed=int(rng.integers(2**31 - 1)), report=tuned.report)
+    if n_rep > 1:
+        repeat = dict(design=design, folds=folds, prop_model=prop_model, prop_cols=prop_cols, clip=clip_arg,
+                      trim=trim, mode=mode, normalize_weights=normalize_weights, Xo=Xo, n_threads=n_threads,
+                      estimator=estimator, params=tuned.params)
+        others = [_repetition(seed, r, **repeat) for r in range(1, n_rep)]
+        embeddings = {arm: embeddings[arm].pooled_with([other[arm].with_readout(embeddings[arm].y_kernel)
+                                                        for other in others]) for arm in embeddings}
     timing = {
         "propensity": prop_seconds,
         "tuning": tuned.report.seconds,
@@ -313,6 +337,27 @@ def fit(
         outcome_columns=tuple(design.x_names[i] for i in out_cols), overlap=overlap, embeddings=embeddings,
         timing=timing, clip=clip, tuning=tuned.report,
     )
+
+
+def _repetition(seed, r: int, *, design, folds, prop_model, prop_cols, clip, trim, mode, normalize_weights, Xo,
+                n_threads, estimator, params) -> dict:
+    """Repetition r ≥ 1 of the cross-fit (``fit(n_rep=...)``): a new split, its propensity, both stages; tuned params.
+
+    Seeded by (seed, r), apart from the first split's generator, so that
+    ``n_rep=1`` draws exactly what a fit without repetitions draws.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(r)]))
+    fold_list = make_folds(design.n, folds, rng)
+    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list)
+    clip, _ = resolve_clip(clip, scores, design.A, trim=trim)
+    if trim > 0:
+        kept = overlap_diagnostics(scores, design.A, clip, warn=False, trim=trim).kept
+        fold_list = trim_folds(fold_list, kept, design.A, mode, trim)
+    weights_from = clip_scores(scores, clip)
+    if normalize_weights:
+        weights_from = hajek_scores(weights_from, design.A, fold_list)
+    data = CrossFitData(mode=mode, design=design, Xo=Xo, scores=weights_from, n_threads=n_threads)
+    return cross_fit(estimator, params, data, fold_list, rng.integers(2**31 - 1, size=len(fold_list)), {})
 
 
 def _check_arm_sizes(A) -> None:

@@ -162,6 +162,36 @@ class Embedding:
         state = f"{len(self.parts)} folds" if self._parts.built else "not built yet"
         return f"<ccme.Embedding: {arm}{state}, read out with {self._y_kernel.describe()}>"
 
+    def pooled_with(self, others) -> "Embedding":
+        """This embedding averaged with others of the same arm: their fold-arms pooled, read out as this one.
+
+        Repeated cross-fitting (``ccme.fit(n_rep=R)``): the estimate over R
+        splits is the average of their K-fold averages, i.e. the average over
+        all K·R fold-arms, which is again an Embedding.
+
+        Parameters
+        ----------
+        others : sequence of Embedding
+            Embeddings of the same arm (built lazily, as this one).
+
+        Returns
+        -------
+        Embedding
+
+        Examples
+        --------
+        >>> import ccme
+        >>> data = ccme.datasets.paper_simulation(300, seed=1)
+        >>> a = ccme.fit("y ~ a | x1 | x2", data, tune="none", seed=1).embedding(1)
+        >>> b = ccme.fit("y ~ a | x1 | x2", data, tune="none", seed=2).embedding(1)
+        >>> a.pooled_with([b]).n_folds
+        4
+        """
+        sources = (self._parts, *(other._parts for other in others))
+        return Embedding(lambda: [part for source in sources for part in source.get()], self._y_kernel,
+                         rkhs_kernel=self._rkhs_kernel, outcome_range=self._range, encode=self._encode,
+                         arm=self._arm, n_threads=self._n_threads)
+
     def with_readout(self, y_kernel: Kernel) -> "Embedding":
         """The same embedding read out with another outcome kernel (the fitted weights are shared).
 

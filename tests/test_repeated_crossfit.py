@@ -1,0 +1,65 @@
+"""Repeated cross-fitting, ``fit(n_rep=R)``: the average over R splits' fold estimates (DoubleML's ``n_rep``)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ccme
+from ccme.datasets import PAPER_PROFILES, paper_simulation
+from ccme.embedding import Embedding
+from ccme.errors import ParameterError
+
+F = "y ~ a | x1 + x2 | x3 + x4"
+Y = np.linspace(-5.0, 45.0, 40)
+
+
+@pytest.fixture(scope="module")
+def fits():
+    data = paper_simulation(500, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = ccme.fit(F, data, seed=9, tune="none")
+        three = ccme.fit(F, data, seed=9, tune="none", n_rep=3)
+    return one, three
+
+
+def test_first_split_is_the_fit_without_repetitions(fits):
+    one, three = fits
+    assert len(three.embedding(1).parts) == 3 * one.n_folds and three.n_folds == one.n_folds
+    V = one.design.encode_v(PAPER_PROFILES)
+    for mine, theirs in zip(one.embedding(1).parts, three.embedding(1).parts[: one.n_folds]):
+        for a, b in zip(mine.weights(V), theirs.weights(V)):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(one.propensity_scores, three.propensity_scores)  # diagnostics: the first split
+    assert "n_rep=3" in three.call
+
+
+def test_pooled_estimate_averages_the_splits(fits):
+    one, three = fits
+    emb = three.embedding(1)
+    K = one.n_folds
+    rest = Embedding(list(emb.parts[K:]), emb.y_kernel)
+    V = three.design.encode_v(PAPER_PROFILES)
+    raw = emb.density(Y[:, None], v=V, normalize=False)
+    want = (one.embedding(1).density(Y[:, None], v=V, normalize=False) + 2.0 * rest.density(Y[:, None], v=V,
+                                                                                              normalize=False)) / 3.0
+    np.testing.assert_allclose(raw, want, rtol=1e-10, atol=1e-14)
+    # the splits differ: repetition moves the estimate
+    assert np.abs(raw - one.embedding(1).density(Y[:, None], v=V, normalize=False)).max() > 1e-6
+
+
+def test_repeated_fit_is_deterministic_and_saves(fits, tmp_path):
+    _, three = fits
+    again = ccme.fit(F, paper_simulation(500, seed=4), seed=9, tune="none", n_rep=3)
+    np.testing.assert_array_equal(again.density(Y, newdata=PAPER_PROFILES), three.density(Y, newdata=PAPER_PROFILES))
+    three.save(tmp_path / "r.ccme")
+    loaded = ccme.load(tmp_path / "r.ccme")
+    np.testing.assert_array_equal(loaded.density(Y, newdata=PAPER_PROFILES), three.density(Y, newdata=PAPER_PROFILES))
+    assert loaded.bands(0.9, newdata=PAPER_PROFILES, y=Y, n_boot=29, seed=1).estimate.shape == (2, len(Y))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_bad_n_rep(bad):
+    with pytest.raises(ParameterError, match="n_rep"):
+        ccme.fit(F, paper_simulation(200, seed=1), n_rep=bad, tune="none")
