@@ -74,3 +74,22 @@ def test_categorical_treatment_default_level(frame):
     res = ccme.fit("y ~ a | age", cat, seed=1)
     assert res.design.treatment.level == "yes"
     np.testing.assert_array_equal(res.design.A, frame["a"].to_numpy())
+
+
+def test_nullable_string_columns_are_categorical_like_object_strings():
+    """pandas' nullable dtype="string" (pd.NA) gives the same design, fit and encoding as object strings."""
+    rng = np.random.default_rng(0)
+    n = 300
+    g = rng.choice(["a", "b", "c"], n)
+    data = pd.DataFrame({"g": pd.array(g, dtype="string"), "x": rng.normal(size=n), "a": rng.binomial(1, 0.5, n)})
+    data["y"] = data.x + (g == "b") + rng.normal(size=n)
+    plain = data.assign(g=g.astype(object))
+    res = ccme.fit("y ~ a | g | x", data, seed=1, tune="none")
+    twin = ccme.fit("y ~ a | g | x", plain, seed=1, tune="none")
+    np.testing.assert_array_equal(res.design.V, twin.design.V)
+    newdata = pd.DataFrame({"g": pd.array(["a", "c"], dtype="string")})
+    np.testing.assert_array_equal(res.density([0.0, 1.0], newdata=newdata),
+                                  twin.density([0.0, 1.0], newdata=newdata.astype(object)))
+    assert isinstance(data["g"].dtype, pd.StringDtype)  # the caller's frame is untouched
+    with pytest.raises(ccme.errors.DataError, match="missing"):
+        ccme.fit("y ~ a | g | x", data.assign(g=data.g.where(np.arange(n) != 3, pd.NA)), seed=1, tune="none")

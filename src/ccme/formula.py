@@ -635,7 +635,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
     columns = [str(c) for c in data.columns]
     if len(set(columns)) != len(columns):
         raise DataError("`data` has duplicated column names")
-    frame = data.copy(deep=False)  # shallow: we never write into the caller's arrays
+    frame = _plain_strings(data.copy(deep=False))  # shallow: we never write into the caller's arrays
     frame.columns = columns
 
     # The raw columns each part reads, so that `.` in part 3 can mean "every
@@ -764,6 +764,24 @@ def _term_columns(terms, columns, reported) -> set[str]:
     return found
 
 
+def _plain_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Columns of pandas' nullable ``"string"`` dtype as plain object strings (NA as NaN), a new frame if any.
+
+    formulaic treats object and pandas 3's default ``str`` columns as
+    categorical, but not the nullable ``StringDtype`` with ``pd.NA``
+    (``dtype="string"``), which it would try to read as numbers.
+    """
+    nullable = [c for c, dtype in frame.dtypes.items()
+                if isinstance(dtype, pd.StringDtype) and dtype.na_value is pd.NA]
+    if not nullable:
+        return frame
+    frame = frame.copy(deep=False)
+    for c in nullable:
+        column = frame[c]
+        frame[c] = column.astype(object).where(column.notna(), np.nan)
+    return frame
+
+
 def _numeric(matrix, role) -> np.ndarray:
     try:
         values = np.asarray(matrix, dtype=np.float64)
@@ -782,7 +800,7 @@ def _encode_with_spec(spec, newdata, variables, name) -> np.ndarray:
     missing = [v for v in variables if v not in newdata.columns]
     if missing:
         raise DataError(f"`{name}` lacks the column(s) {missing} that V is built from (it needs {list(variables)})")
-    frame = newdata[list(variables)]
+    frame = _plain_strings(newdata[list(variables)])
     _check_finite(frame, variables, "raise")
     try:
         with np.errstate(all="ignore"):  # NaN from transforms: checked below, by name
