@@ -298,12 +298,9 @@ def fit(
     report = calibration_report(prop_model.key, scores, design.A, [s for s in selections if s is not None])
     overlap = overlap_diagnostics(scores, design.A, clip, warn=uses_propensity(mode), trim=trim, clip_rule=clip_rule,
                                   report=report, normalized=bool(normalize_weights))
-    if overlap.kept is not None:
-        fold_list = trim_folds(fold_list, overlap.kept, design.A, mode, trim)
-    weights_from = clip_scores(scores, clip)
-    if normalize_weights:
-        weights_from = hajek_scores(weights_from, design.A, fold_list)
-    crossfit_data = CrossFitData(mode=mode, design=design, Xo=Xo, scores=weights_from, n_threads=n_threads)
+    weighting = dict(design=design, mode=mode, trim=trim, normalize_weights=normalize_weights, Xo=Xo,
+                     n_threads=n_threads)
+    fold_list, crossfit_data = _second_stage_data(scores, fold_list, overlap.kept, clip=clip, **weighting)
 
     # tune, then cross-fit
     fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
@@ -318,10 +315,9 @@ def fit(
         embeddings = tune_readout(embeddings, data=crossfit_data, folds=fold_list, grids=grids,
                                   seed=int(rng.integers(2**31 - 1)), report=tuned.report)
     if n_rep > 1:
-        repeat = dict(design=design, folds=folds, prop_model=prop_model, prop_cols=prop_cols, clip=clip_arg,
-                      trim=trim, mode=mode, normalize_weights=normalize_weights, Xo=Xo, n_threads=n_threads,
-                      estimator=estimator, params=tuned.params)
-        others = [_repetition(seed, r, **repeat) for r in range(1, n_rep)]
+        others = [_repetition(seed, r, folds=folds, prop_model=prop_model, prop_cols=prop_cols, clip=clip_arg,
+                              estimator=estimator, params=tuned.params, weighting=weighting)
+                  for r in range(1, n_rep)]
         embeddings = {arm: embeddings[arm].pooled_with([other[arm].with_readout(embeddings[arm].y_kernel)
                                                         for other in others]) for arm in embeddings}
     timing = {
@@ -339,24 +335,30 @@ def fit(
     )
 
 
-def _repetition(seed, r: int, *, design, folds, prop_model, prop_cols, clip, trim, mode, normalize_weights, Xo,
-                n_threads, estimator, params) -> dict:
-    """Repetition r ≥ 1 of the cross-fit (``fit(n_rep=...)``): a new split, its propensity, both stages; tuned params.
-
-    Seeded by (seed, r), apart from the first split's generator, so that
-    ``n_rep=1`` draws exactly what a fit without repetitions draws.
-    """
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(r)]))
-    fold_list = make_folds(design.n, folds, rng)
-    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list)
-    clip, _ = resolve_clip(clip, scores, design.A, trim=trim)
-    if trim > 0:
-        kept = overlap_diagnostics(scores, design.A, clip, warn=False, trim=trim).kept
+def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, normalize_weights, Xo, n_threads):
+    """The folds without the trimmed units, and the CrossFitData of the clipped (Hájek-normalised) scores."""
+    if kept is not None:
         fold_list = trim_folds(fold_list, kept, design.A, mode, trim)
     weights_from = clip_scores(scores, clip)
     if normalize_weights:
         weights_from = hajek_scores(weights_from, design.A, fold_list)
-    data = CrossFitData(mode=mode, design=design, Xo=Xo, scores=weights_from, n_threads=n_threads)
+    return fold_list, CrossFitData(mode=mode, design=design, Xo=Xo, scores=weights_from, n_threads=n_threads)
+
+
+def _repetition(seed, r: int, *, folds, prop_model, prop_cols, clip, estimator, params, weighting: dict) -> dict:
+    """Repetition r ≥ 1 of the cross-fit (``fit(n_rep=...)``): a new split, its propensity, both stages; tuned params.
+
+    Seeded by (seed, r), apart from the first split's generator, so that
+    ``n_rep=1`` draws exactly what a fit without repetitions draws.  The
+    diagnostics are the first split's, so this one's overlap is not reported.
+    """
+    design, trim = weighting["design"], weighting["trim"]
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(r)]))
+    fold_list = make_folds(design.n, folds, rng)
+    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list)
+    clip, _ = resolve_clip(clip, scores, design.A, trim=trim)
+    kept = overlap_diagnostics(scores, design.A, clip, warn=False, trim=trim).kept
+    fold_list, data = _second_stage_data(scores, fold_list, kept, clip=clip, **weighting)
     return cross_fit(estimator, params, data, fold_list, rng.integers(2**31 - 1, size=len(fold_list)), {})
 
 
