@@ -29,7 +29,11 @@ def main():
     parser.add_argument("--propensity", default="forest")
     parser.add_argument("--tune", default="none", choices=["none", "auto"],
                         help="'none' times the core with fixed hyperparameters (default); 'auto' adds tuning")
+    parser.add_argument("--approx", default="auto", choices=["auto", "exact", "lowrank"],
+                        help="the ridge's algebra (ccme.estimators.lowrank; 'auto' by n)")
+    parser.add_argument("--rank-tol", type=float, default=None, help="the low-rank path's rank_tol")
     args = parser.parse_args()
+    extra = {} if args.rank_tol is None else {"rank_tol": args.rank_tol}
     data = ccme.datasets.paper_simulation(args.n, seed=1)
     V = np.random.default_rng(7).normal(1.0, 1.0, size=(args.n_eval, 5))
     newdata = pd.DataFrame(V, columns=[f"x{j}" for j in range(1, 6)])
@@ -38,7 +42,8 @@ def main():
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = ccme.fit(FORMULA, data, seed=1, propensity=args.propensity, tune=args.tune)
+        res = ccme.fit(FORMULA, data, seed=1, propensity=args.propensity, tune=args.tune, approx=args.approx,
+                       **extra)
     fitted = time.perf_counter()
     dens = res.density(grid, newdata=newdata, arm=1)
     done = time.perf_counter()
@@ -46,7 +51,10 @@ def main():
     truth = paper_simulation_density(grid, V, arm=1)
     ise = float(np.mean(np.trapezoid((dens - truth) ** 2, grid, axis=1)))
     print(f"n={args.n} folds=2 V-points={args.n_eval} y-points={args.n_grid} propensity={args.propensity} "
-          f"tune={args.tune}")
+          f"tune={args.tune} approx={res.params['approx']}")
+    facts = [part.diagnostics() for part in res.embedding(1).parts]
+    if "ranks" in facts[0]:
+        print("Nystrom ranks " + "; ".join(f"{f['ranks']} (trace error {f['trace_error']})" for f in facts))
     print(f"fit {fitted - started:.1f} s (propensity {res.timing['propensity']:.1f} s, tuning "
           f"{res.timing['tuning']:.1f} s, second-stage factors {res.timing['estimator']:.1f} s)")
     print(f"density {done - fitted:.1f} s; fit + density {done - started:.1f} s")

@@ -224,3 +224,25 @@ def kernel_quadratic_forms(Z, W, kernel, bandwidth, normalized=True, n_threads=0
     Z, W = _2d(Z), _2d(W)
     K = gram(Z, Z, kernel, bandwidth, normalized=normalized)
     return np.einsum("ke,kl,le->e", W, K, W)
+
+
+def nystrom_weights(landmarks_v, V1, v_kernel, v_bandwidth, a, b, lam1_shift, V_eval,
+                    landmarks_x=None, X1=None, X0=None, x_kernel=None, x_bandwidth=None, lam0_shift=None):
+    """The low-rank ridge CCME's weights (c₁ over Y1, c₀ over Y0), everything materialised.
+
+    Nyström from the given landmarks Z: K ≈ K_·Z K_ZZ⁻¹ K_Z·, so that the
+    second stage is kernel ridge with the Nyström kernel (not a factored
+    form): c₁ = a ∘ (K̃_V + sI)⁻¹ k̃_V(v) and c₀ = (K̃_X0 + s₀I)⁻¹ K̃_X0X1 (b ∘ β(v)).
+    """
+    def nystrom(A, B, Z, kernel, bw):
+        return gram(A, Z, kernel, bw) @ np.linalg.solve(gram(Z, Z, kernel, bw), gram(Z, B, kernel, bw))
+
+    K = nystrom(V1, V1, landmarks_v, v_kernel, v_bandwidth)
+    beta = np.linalg.solve(K + lam1_shift * np.eye(len(V1)), nystrom(V1, V_eval, landmarks_v, v_kernel, v_bandwidth))
+    c1 = a[:, None] * beta
+    if landmarks_x is None:
+        return c1, np.zeros((0, beta.shape[1]))
+    K0 = nystrom(X0, X0, landmarks_x, x_kernel, x_bandwidth)
+    K01 = nystrom(X0, X1, landmarks_x, x_kernel, x_bandwidth)
+    c0 = np.linalg.solve(K0 + lam0_shift * np.eye(len(X0)), K01 @ (b[:, None] * beta))
+    return c1, c0

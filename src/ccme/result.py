@@ -1733,6 +1733,7 @@ def _fold_arm_readers() -> dict:
     from .estimators.forest_first_stage import ForestRidgeFoldArm
     from .estimators.neural_kernel import NeuralKernelFoldArm
     from .estimators.ridge import RidgeFoldArm
+    from .estimators.lowrank import LowRankFoldArm
 
     return {t.STATE_SCHEMA: t.from_state
-            for t in (RidgeFoldArm, ForestRidgeFoldArm, DeepFeatureFoldArm, NeuralKernelFoldArm)}
+            for t in (RidgeFoldArm, ForestRidgeFoldArm, LowRankFoldArm, DeepFeatureFoldArm, NeuralKernelFoldArm)}

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import ParameterError
 
 __all__ = ["Estimator", "Parameters", "CrossFitData", "FoldFit", "FoldArm", "LinearSecondStage", "FirstStageInfluence",
-           "Tuned", "resolve_options", "FactoredArm", "contract_factored"]
+           "Tuned", "resolve_options", "FactoredArm", "contract_factored", "project_atoms"]
 
 
 def _freeze(value):
@@ -446,15 +446,29 @@ def contract_factored(atoms, loadings, coefficients, V_eval, points, feature, y_
     """``out += scale × h(V)ᵀ (Lᵀ F)`` with F the atoms' features at ``points``, in blocks.
 
     The cheaper association order for weights c(v) = L h(v): first the r × q
-    projection LᵀF, accumulated over blocks of atoms and points so that no
-    block of F exceeds 64 MiB (F from :func:`ccme._backend.atom_features`),
-    then one small product per block of evaluation points.  Cost
-    O(N q r + n_eval q r) instead of O(N q n_eval).
+    projection LᵀF (:func:`project_atoms`), then one small product per block
+    of evaluation points.  Cost O(N q r + n_eval q r) instead of O(N q n_eval).
+    """
+    rank = loadings.shape[1]
+    projected = project_atoms(atoms, lambda F, start, stop: loadings[start:stop].T @ F, rank, points, feature,
+                              y_kernel, out.shape[1], n_threads)
+    step = max(1, _BLOCK_BYTES // (8 * max(rank, out.shape[1])))
+    for v0 in range(0, len(V_eval), step):
+        out[v0:v0 + step] += scale * (coefficients(V_eval[v0:v0 + step]).T @ projected)
+
+
+def project_atoms(atoms, project, rank: int, points, feature, y_kernel, q: int, n_threads: int = 0) -> np.ndarray:
+    """Σ_k L_k F(y_k, ·): the r × q projection of the atoms' features by loadings L, in blocks.
+
+    ``project(F, start, stop)`` returns (L[start:stop])ᵀ F for the features F
+    of atoms ``start:stop`` (so that a caller may keep L factored); the blocks
+    of atoms and points keep every block of F (from
+    :func:`ccme._backend.atom_features`) under 64 MiB.  ``q`` is the number of
+    feature columns (the points, or the moments).
     """
     from .. import _backend
 
-    n_atoms, rank = loadings.shape
-    q = out.shape[1]
+    n_atoms = len(atoms)
     projected = np.zeros((rank, q))
     if feature == "moments":
         point_blocks = [slice(0, q)]
@@ -469,8 +483,5 @@ def contract_factored(atoms, loadings, coefficients, V_eval, points, feature, y_
                 atoms[a0:a0 + rows], points[pb] if feature != "moments" else points, feature, y_kernel.name,
                 y_kernel.bandwidth_array, n_threads=n_threads,
             )
-            projected[:, pb] += loadings[a0:a0 + rows].T @ F
-    n_eval = len(V_eval)
-    step = max(1, _BLOCK_BYTES // (8 * max(rank, q)))
-    for v0 in range(0, n_eval, step):
-        out[v0:v0 + step] += scale * (coefficients(V_eval[v0:v0 + step]).T @ projected)
+            projected[:, pb] += project(F, a0, min(a0 + rows, n_atoms))
+    return projected

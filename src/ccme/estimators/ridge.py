@@ -28,6 +28,7 @@ from ..memory import check_allocation
 from ..pseudo import MODES, PseudoOutcome, pseudo_outcome, uses_first_stage
 from .base import CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned
 from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
+from .lowrank import LOWRANK_DEFAULTS, LowRankFold, check_lowrank_settings, resolve_approx
 
 __all__ = ["RidgeEstimator", "RidgeFold", "RidgeFoldArm", "MODES", "RIDGE_DEFAULTS", "apply_first_stage"]
 
@@ -330,6 +331,12 @@ RIDGE_DEFAULTS = {
     # a dict {1: .., 0: ..}.  `forest` overrides FOREST_DEFAULTS' settings.
     "first_stage": "kernel",
     "forest": None,
+    # The exact path ("exact": Cholesky factors of the n × n kernel matrices) or the low-rank
+    # one ("lowrank": Nyström features, ccme.estimators.lowrank); "auto": low-rank above
+    # ccme.estimators.lowrank.APPROX_THRESHOLD units.  rank_tol, max_rank and landmark_pool
+    # set the low-rank path's rank (LOWRANK_DEFAULTS).
+    "approx": "auto",
+    **LOWRANK_DEFAULTS,
 }
 
 
@@ -345,6 +352,7 @@ class RidgeEstimator(Estimator):
     def prepare(self, options: dict, *, design, Xo, seed: int) -> Parameters:
         # The covariate groups (raw variables; a categorical's indicators together) of X and V (ccme.kernels).
         x_groups, v_groups = design_groups(design, Xo)
+        first_stage = check_first_stage(options["first_stage"])
         return Parameters({
             "kernels": {
                 "x": resolve_kernel(options["x_kernel"], options["x_bandwidth"], Xo, what="x_bandwidth", seed=seed,
@@ -356,8 +364,10 @@ class RidgeEstimator(Estimator):
             },
             "lam0": per_arm_positive(options["lam0"], "lam0"),
             "lam1": per_arm_positive(options["lam1"], "lam1"),
-            "first_stage": check_first_stage(options["first_stage"]),
+            "first_stage": first_stage,
             "forest": check_forest_settings(options["forest"]),
+            "approx": resolve_approx(options["approx"], design.n, first_stage),
+            "lowrank": check_lowrank_settings(options),
         })
 
     def tune(self, params: Parameters, *, data: CrossFitData, folds, grids: dict, seeds, auto: bool) -> Tuned:
@@ -376,11 +386,19 @@ class RidgeEstimator(Estimator):
                                     seed=int(seeds[0]))
         return Tuned(params, report, prebuilt={} if selection is None else selection.prebuilt)
 
-    def fit_fold(self, params: Parameters, *, data: CrossFitData, fold, seed: int, prebuilt=None) -> RidgeFold:
+    def fit_fold(self, params: Parameters, *, data: CrossFitData, fold, seed: int, prebuilt=None):
+        """The exact fold (:class:`RidgeFold`) or, with ``params["approx"] == "lowrank"``, :class:`LowRankFold`."""
+        if params.get("approx") == "lowrank":
+            return LowRankFold(params, data, fold, seed=seed)
         return RidgeFold(params, data, fold, seed=seed, prebuilt=prebuilt)
 
     def memory_bytes(self, params: Parameters, *, mode, A, folds) -> float:
-        """Bytes of the Cholesky factors the fit will hold (:func:`factor_bytes`), checked before fitting."""
+        """Bytes of the Cholesky factors the fit will hold (:func:`factor_bytes`), checked before fitting.
+
+        The low-rank path checks its n × r features once their rank is known (0 here).
+        """
+        if params.get("approx") == "lowrank":
+            return 0.0
         return factor_bytes(mode, A, folds, shared_second_stage=params["lam1"][1] == params["lam1"][0])
 
     def describe(self, params: Parameters, *, design, outcome_columns, embeddings) -> list:
@@ -395,13 +413,22 @@ class RidgeEstimator(Estimator):
                 ("lambda0 (stage 1)", _per_arm_text(params["lam0"])),
                 ("lambda1 (stage 2)", _per_arm_text(params["lam1"])),
             ]),
+            ("Algebra", [("path", _algebra_text(params))]),
         ] + first_stage_section(params, embeddings)
 
     def diagnostics(self, embeddings) -> list:
-        jitters = [part.diagnostics()["jitter"] for emb in embeddings.values() for part in emb.parts]
+        facts = [part.diagnostics() for emb in embeddings.values() for part in emb.parts]
+        rows = []
+        jitters = [f["jitter"] for f in facts]
         if any(j > 0 for j in jitters):
-            return [("Numerics", [("Cholesky jitter", f"up to {max(jitters):.3g} added")])]
-        return []
+            rows.append(("Cholesky jitter", f"up to {max(jitters):.3g} added"))
+        for role, label in (("V", "V (stage 2)"), ("X", "X (stage 1)")):
+            ranks = [f["ranks"][role] for f in facts if role in f.get("ranks", {})]
+            if ranks:
+                error = max(f["trace_error"][role] for f in facts if role in f["trace_error"])
+                span = f"{min(ranks)}" if min(ranks) == max(ranks) else f"{min(ranks)}-{max(ranks)}"
+                rows.append((f"Nystrom rank, {label}", f"{span} (trace error <= {error:.2g})"))
+        return [("Numerics", rows)] if rows else []
 
 
 def per_arm_positive(value, name: str) -> dict:
@@ -421,6 +448,13 @@ def _positive(value, name: str) -> float:
     if not (v > 0 and np.isfinite(v)):
         raise ParameterError(f"`{name}` must be a positive number; got {value!r}")
     return v
+
+
+def _algebra_text(params) -> str:
+    if params.get("approx") != "lowrank":
+        return "exact (Cholesky factors of the n x n kernel matrices)"
+    s = params["lowrank"]
+    return f"low-rank (Nystrom features; rank_tol {s['rank_tol']:.2g}, max_rank {s['max_rank']})"
 
 
 def _per_arm_text(values: dict) -> str:
