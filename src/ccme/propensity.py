@@ -60,7 +60,7 @@ _PROPENSITY_CHOICES = "'auto', 'logistic', 'logistic_cv', 'boosting', 'forest', 
 
 def make_propensity(spec, n: int, seed) -> PropensityModel:
     """Interpret ``propensity=``: a name of :data:`PROPENSITY_NAMES`, a classifier, or known scores."""
-    from .propensity_selection import LEARNERS, make_learner
+    from .propensity_selection import FOREST_ROWS, LEARNERS, make_learner
 
     if isinstance(spec, str):
         if spec not in PROPENSITY_NAMES:
@@ -68,7 +68,9 @@ def make_propensity(spec, n: int, seed) -> PropensityModel:
         # "logistic regression" and the forest's name are those of the results before "auto".
         name = {"auto": "auto (Super Learner: log-loss stack of logistic_cv, boosting, forest)",
                 "logistic": "logistic regression"}.get(spec) or LEARNERS[spec]
-        return PropensityModel(name, make_learner(spec, seed), key=spec)
+        if spec == "forest" and n > 2 * FOREST_ROWS:
+            name = f"random forest (100 trees, max_depth 4, each tree on a draw of about {FOREST_ROWS} rows)"
+        return PropensityModel(name, make_learner(spec, seed, n=n), key=spec)
     if hasattr(spec, "fit") and hasattr(spec, "predict_proba"):
         return PropensityModel(type(spec).__name__, spec, key=type(spec).__name__)
     try:
