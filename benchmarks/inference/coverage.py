@@ -9,10 +9,14 @@ table README shows)::
     python benchmarks/inference/coverage.py --cases paper --n 2000 --reps 40 --n-rep 5   # repeated cross-fitting
     python benchmarks/inference/coverage.py --summarise
 
+Shards (``--first A --reps B`` fits data sets A ≤ r < B) let several
+processes share a study; concatenating their ``--out`` files gives the same
+lines as one run.
+
 Data-generating processes: the accuracy zoo's cases (``benchmarks/accuracy``),
 whose p(Y^a | V = v) is an exact Gaussian mixture.  Each data set is fitted
 with ccme's defaults (``ccme.fit(formula, data, seed=r)``: tuning, the
-"auto" propensity and clip), then, at 3 fixed V-points drawn once per case
+default propensity and clip; the lines record the commit), then, at 3 fixed V-points drawn once per case
 (``case.eval_points(3, seed=0)``) and 100 outcome values spanning the
 truth's ±4 sd box, for both arms:
 
@@ -149,7 +153,7 @@ def _means(mix: Mixture) -> np.ndarray:
     return (mix.weights * mix.means[:, :, 0]).sum(axis=1) / mix.weights.sum(axis=1)
 
 
-def run(cases, n: int, reps: int, out: Path, n_rep: int = 1) -> None:
+def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()
     if out.exists():
@@ -161,7 +165,7 @@ def run(cases, n: int, reps: int, out: Path, n_rep: int = 1) -> None:
         v_points = case.eval_points(3, seed=0)
         box = np.concatenate([case.mixture(v_points, arm).limits(z=4.0) for arm in (1, 0)])
         y = np.linspace(box[:, 0].min(), box[:, 1].max(), 100)
-        for rep in range(reps):
+        for rep in range(first, reps):
             if (name, n, rep, n_rep) in done:
                 continue
             row = one_data_set(case, n, rep, v_points, y, n_rep)
@@ -172,8 +176,11 @@ def run(cases, n: int, reps: int, out: Path, n_rep: int = 1) -> None:
 
 
 def _commit() -> str:
+    import os
     import subprocess
 
+    if os.environ.get("CCME_COMMIT"):  # a copy of the tree without its .git (e.g. run on another machine)
+        return os.environ["CCME_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -214,7 +221,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default="paper,hetero_v2,linear_v1")
     parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--reps", type=int, default=100, help="data sets r < reps (seeds r)")
+    parser.add_argument("--first", type=int, default=0,
+                        help="the first data set r (shards of one study run disjoint ranges into their own --out)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--n-rep", type=int, default=1, help="repeated cross-fitting: fit(n_rep=...)")
     parser.add_argument("--summarise", action="store_true", help="print the table of what --out holds")
@@ -222,7 +231,7 @@ def main(argv=None) -> int:
     if args.summarise:
         print(summarise(args.out))
         return 0
-    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep)
+    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first)
     return 0
 
 
