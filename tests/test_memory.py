@@ -32,7 +32,7 @@ def test_fit_refuses_factors_beyond_available_memory(data, monkeypatch):
     with pytest.raises(MemoryBudgetError) as info:
         _fit(data)
     message = str(info.value)
-    assert "GB" in message and "folds" in message and "subsample" in message and "deep_feature" in message
+    assert all(word in message for word in ("GB", "lowrank", "client", "folds", "deep_feature"))
     assert isinstance(info.value, MemoryError) and isinstance(info.value, ccme.CcmeError)
 
 

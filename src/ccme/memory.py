@@ -34,8 +34,10 @@ __all__ = ["ENV_VAR", "available_bytes", "check_allocation", "parse_bytes", "ADV
 ENV_VAR = "CCME_MEMORY_LIMIT"
 
 #: What to do instead, appended to every refusal.
-ADVICE = ("use more cross-fitting folds (folds=K: each fold's factors are about (n/K) × (n/K)), fit on a "
-          "subsample of the rows, or method='deep_feature' / 'neural_kernel', whose memory grows linearly in n")
+ADVICE = ("use the low-rank path (approx='lowrank': Nystrom features, memory about n x rank; chosen by "
+          "approx='auto' above ccme.estimators.lowrank.APPROX_THRESHOLD units), run it on a Dask cluster "
+          "(fit(..., client=client)), use more cross-fitting folds (folds=K: each fold's factors are about "
+          "(n/K) x (n/K)), or method='deep_feature' / 'neural_kernel', whose memory grows linearly in n")
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

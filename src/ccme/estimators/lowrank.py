@@ -62,8 +62,13 @@ LOWRANK_DEFAULTS = {
     "max_rank": 1000,         # at most this many landmarks per kernel
     "landmark_pool": 50000,   # landmarks chosen among at most this many (seeded) units
 }
-#: ``approx="auto"`` takes the low-rank path above this many units.
-APPROX_THRESHOLD = 20000
+#: ``approx="auto"`` takes the low-rank path above this many units.  Measured
+#: (``benchmarks/lowrank_crossover.py``, paper simulation, fit + density, tune="none"):
+#: the low-rank path is faster from n = 2000 on (0.7 s against 1.0 s; 1.6 against 2.4
+#: at 5000; 2.8 against 7.2 at 10000; 7.0 against 31.4 at 20000) with densities within
+#: 1e-4 (relative L2) of the exact ones and the same error against the truth; below
+#: 5000 units the gain is under a second, and the exact path keeps small fits exact.
+APPROX_THRESHOLD = 5000
 #: Rows per block when features or products are formed (bounds the temporaries at 8 · 4096 · r bytes).
 _ROWS = 4096
 #: Rows outside the landmark pool added as candidates per round of :meth:`NystromFeatures.select`, and rounds.
