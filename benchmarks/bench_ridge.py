@@ -37,7 +37,7 @@ def _fit_density(data, newdata, grid, backend):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # The core's cost: fixed hyperparameters (tuning is timed by tuning_acceptance.py).
-            res = ccme.fit(FORMULA, data, seed=1, propensity="logistic", tune="none")
+            res = ccme.fit(FORMULA, data, seed=1, propensity="logistic", tune="none", approx="exact")
         return res.density(grid, newdata=newdata, arm=1)
     finally:
         ridge_module._backend = ccme._backend
