@@ -18,6 +18,7 @@ from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS, get_estimator
 from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
+from .distributed import check_dask_data, cluster_estimator
 from .formula import build_design, parse_formula
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics, resolve_clip
@@ -51,6 +52,8 @@ def fit(
     outcome_covariates=None,
     n_threads: int = 0,
     tune="auto",
+    client=None,
+    partitions=None,
     **hyperparameters,
 ) -> CCMEResult:
     """Estimate the conditional counterfactual distributions p(Y¹ | V) and p(Y⁰ | V).
@@ -218,6 +221,18 @@ def fit(
         "none"); Neural-Kernel ``grid`` ("auto", "regular", "kmeans",
         "random" or an array of points).  With them ``n_threads`` sets
         torch's threads during training (0: one).
+    client : dask.distributed.Client or None, default None
+        Run the fit on a Dask cluster (``pip install "ccme[dask]"``;
+        :mod:`ccme.distributed`): the low-rank ridge path (``approx`` is set to
+        "lowrank"; method="ridge" with the kernel first stage only), its n × r
+        work on the workers, partition by partition, while the design, folds,
+        propensity and tuning run here as for a local fit.  The result equals
+        ``fit(..., approx="lowrank")`` with the same seed (up to the order of
+        sums, about 1e-14 relative); its arrays stay on the cluster while the
+        client is open, ``res.save`` gathers them.  ``data`` must be a pandas
+        DataFrame (a dask DataFrame: pass ``data.compute()``).
+    partitions : int or None, default None
+        Row partitions of a fit with ``client`` (None: two per worker thread).
 
     Returns
     -------
@@ -254,6 +269,9 @@ def fit(
                           dict(hyperparameters, n_rep=n_rep) if n_rep != 1 else hyperparameters)
     # validate: every argument before any work
     estimator = get_estimator(method)
+    if client is not None or partitions is not None:
+        estimator = cluster_estimator(estimator, client=client, partitions=partitions)
+    check_dask_data(data)
     check_mode(mode)
     if not (isinstance(clip, str) and clip == "auto") and (
             isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0.0 <= clip < 0.5):
