@@ -66,7 +66,7 @@ from . import _backend
 from .errors import NotFittedError, ParameterError
 from .estimators.base import FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, project_atoms
 from .estimators.forest_first_stage import check_first_stage
-from .estimators.lowrank import _EXTEND, _ROUNDS, _ROWS, STORAGE, LowRankFoldArm, NystromFeatures, _blocks, _times
+from .estimators.lowrank import _ROUNDS, _ROWS, STORAGE, LowRankFoldArm, NystromFeatures, _blocks, _times, worst_covered
 from .estimators.ridge import RidgeEstimator
 from .memory import check_allocation
 from .pseudo import pseudo_outcome
@@ -297,18 +297,12 @@ def _on_worker(fn):
     return wrapped
 
 
-def _worst(left: np.ndarray, rank_tol: float) -> np.ndarray:
-    """The rows NystromFeatures.select extends with: the largest residuals (stable order), above ``rank_tol``."""
-    worst = np.argsort(-left, kind="stable")[:_EXTEND]
-    return worst[left[worst] > rank_tol]
-
-
 @_on_worker
 def _w_candidates(part, column, local, features, start, rank_tol):
     """This partition's worst-covered rows: (positions in the stage's rows, increasing; residual diagonals)."""
     Phi = features(part[column][local])
     left = 1.0 - np.einsum("ij,ij->i", Phi, Phi)
-    worst = np.sort(_worst(left, rank_tol))
+    worst = np.sort(worst_covered(left, rank_tol))
     return start + worst, left[worst]
 
 
@@ -544,7 +538,7 @@ class DistributedLowRankFold(FoldFit):
                     positions = np.concatenate([f[0] for f in found])  # increasing: partitions in order
                     left = np.concatenate([f[1] for f in found])
                     # the global ranking of the local select, on the union of the partitions' worst rows
-                    worst = positions[_worst(left, s["rank_tol"])]
+                    worst = positions[worst_covered(left, s["rank_tol"])]
                     if worst.size == 0 or features.rank >= s["max_rank"]:
                         break
                     features = features.extended(source[rows[np.sort(worst)]], rank_tol=s["rank_tol"],

@@ -179,9 +179,7 @@ class NystromFeatures:
         check_allocation(8.0 * n * max_rank, f"the Nyström features ({n} × up to {max_rank})")
         Phi = features(X, n_threads)
         for _ in range(_ROUNDS):
-            left = 1.0 - np.einsum("ij,ij->i", Phi, Phi)
-            worst = np.argsort(-left, kind="stable")[:_EXTEND]
-            worst = worst[left[worst] > rank_tol]
+            worst = worst_covered(1.0 - np.einsum("ij,ij->i", Phi, Phi), rank_tol)
             if worst.size == 0 or features.rank >= max_rank:
                 break
             features = features.extended(X[np.sort(worst)], rank_tol=rank_tol, max_rank=max_rank,
@@ -253,6 +251,17 @@ class NystromFeatures:
         if not (isinstance(Z, np.ndarray) and isinstance(F, np.ndarray) and Z.ndim == 2 and F.shape == (len(Z),) * 2):
             raise FormatError("the stored Nyström features' landmarks and factor disagree in size")
         return cls(kernel=Kernel.from_state(state["kernel"]), landmarks=Z, factor=F, residual=float(state["residual"]))
+
+
+def worst_covered(left: np.ndarray, rank_tol: float) -> np.ndarray:
+    """The rows a round of :meth:`NystromFeatures.select` extends with (distributed: per partition, then merged).
+
+    The (at most :data:`_EXTEND`) largest residual diagonals ``left`` above
+    ``rank_tol``, the earlier row first among ties; the distributed path
+    ranks each partition's rows and then the merged candidates with it.
+    """
+    worst = np.argsort(-left, kind="stable")[:_EXTEND]
+    return worst[left[worst] > rank_tol]
 
 
 #: Storage type of the n × r arrays (see :class:`LowRankFoldArm`).
