@@ -204,8 +204,14 @@ def fit(
         ("kernel": kernel ridge on X; "forest": random-forest weights, for
         many confounders; "auto": per arm the one with the smaller validated
         error, chosen by the tuning; or a dict per arm) and ``forest`` (a dict
-        overriding ``ccme.estimators.forest_first_stage.FOREST_DEFAULTS``).
-        Defaults: ``ccme.RIDGE_DEFAULTS``.
+        overriding ``ccme.estimators.forest_first_stage.FOREST_DEFAULTS``),
+        ``approx`` ("auto": the low-rank path above
+        ``ccme.estimators.lowrank.APPROX_THRESHOLD`` units, else the exact
+        one; "exact": Cholesky factors of the n × n kernel matrices;
+        "lowrank": Nyström features, :mod:`ccme.estimators.lowrank`) with
+        ``rank_tol`` (the largest residual diagonal of the pivoted Cholesky
+        landmarks, a bound on the trace error per unit), ``max_rank`` and
+        ``landmark_pool``.  Defaults: ``ccme.RIDGE_DEFAULTS``.
 
         Deep Feature and Neural-Kernel (defaults
         ``ccme.estimators.DEEP_FEATURE_DEFAULTS`` / ``NEURAL_KERNEL_DEFAULTS``;
