@@ -187,3 +187,89 @@ def test_one_step_tuning_ignores_the_propensity(data):
     for arm in (1, 0):
         assert fits[0].outcome_kernel(arm) == fits[1].outcome_kernel(arm)
     np.testing.assert_array_equal(fits[0].density(grid, newdata=data.iloc[:5]), fits[1].density(grid, newdata=data.iloc[:5]))
+
+
+# ---------------------------------------------------------------------------
+# the scalable tuning: penalty subsamples, Nyström first stage and read-out proxy
+# ---------------------------------------------------------------------------
+def test_penalty_transfer_rule():
+    """λ chosen on s of a regression's m units is carried to m as λ_m = λ_s (s/m)^α; no change without a subsample."""
+    from ccme.tuning import LAMBDA_RATE, _transfer
+
+    assert _transfer(500, 500, "X") == 1.0 and _transfer(800, 500, "V") == 1.0
+    for stage in ("X", "V"):
+        assert _transfer(1000, 8000, stage) == pytest.approx(8.0 ** LAMBDA_RATE[stage])
+
+
+def test_nystrom_features_and_ridge_are_exact_at_full_rank(problem):
+    from ccme.kernels import Kernel
+    from ccme.tuning import _Nystrom
+
+    V, Y = problem
+    kernel = Kernel("gaussian", (1.3, 1.3, 1.3))
+    L, _, _ = _backend.pivoted_cholesky(V, "gaussian", kernel.bandwidth_array, 1e-4, 40)
+    nystrom = _Nystrom.fit(V, kernel, 1e-4, 40)
+    np.testing.assert_allclose(nystrom.features(V), L, atol=1e-10)  # the factor's rows are the features
+    exact = _Nystrom.fit(V, kernel, 0.0, len(V))
+    K = _twins.gram(V, V, "gaussian", kernel.bandwidth_array)
+    mu = 0.3
+    W = exact.ridge(V, Y, mu)
+    np.testing.assert_allclose(exact.features(V) @ W, K @ np.linalg.solve(K + mu * np.eye(len(V)), Y), atol=1e-8)
+    blocks = exact.ridge(V, lambda start, stop: Y[start:stop], mu)  # targets given a block of rows at a time
+    np.testing.assert_allclose(blocks, W, rtol=1e-12)
+
+
+def test_readout_proxy_equals_the_fitted_weights_at_full_rank(data, monkeypatch):
+    """The proxy's binned weights are the fitted fold-arm's weights, binned, when its Nyström kernels are exact to
+    1e-9 (the factors stop there: a full-rank one would be singular to working precision)."""
+    from ccme import tuning
+    from ccme.propensity import clip_scores
+
+    monkeypatch.setattr(tuning, "NYSTROM_RANK", 10_000)
+    monkeypatch.setattr(tuning, "_NYSTROM_TOL", 1e-9)
+    res = ccme.fit(F, data, seed=3, tune="none", lam0=0.02, lam1=0.05)
+    design = res.design
+    scores = clip_scores(res.propensity_scores, res.clip)  # the weights' scores, as the fit used them
+    bins = tuning._Bins(design.Y[:, 0], 0.05)
+    for k, fold in enumerate(res.folds):
+        held = {arm: fold.nuisance[design.A[fold.nuisance] == arm][::7] for arm in (1, 0)}
+        proxy = tuning._proxy_fold(mode="dr", design=design, Xo=design.X, fold=fold, k=k, scores=scores,
+                                   kernels=res.kernels, lam0=res.penalties["lam0"], lam1=res.penalties["lam1"],
+                                   held=held, bins=bins, seed=0)
+        for arm, chosen in held.items():
+            part = res.embedding(arm).parts[k]
+            atoms, c = part.weights(design.V[chosen])
+            mass, own = proxy[arm]
+            scale = np.abs(c).max()
+            np.testing.assert_allclose(mass, bins.matrix(atoms[:, 0]) @ c, rtol=0, atol=1e-6 * scale)
+            # each chosen unit's own outcome is an atom of the first stage (after the second stage's n atoms)
+            first = {int(u): i for i, u in enumerate(part.atom_units[len(part.Y1):], start=len(part.Y1))}
+            np.testing.assert_allclose(own, [c[first[int(u)], j] for j, u in enumerate(chosen)], rtol=0,
+                                       atol=1e-6 * scale)
+
+
+def test_subsampled_tuning_is_bounded_deterministic_and_thread_invariant(monkeypatch):
+    """With small limits every path of the large-n tuning runs at n = 1200: subsampled penalties, the Nyström first
+    stage and outcome features, the read-out proxy; no penalty regression exceeds its limit, and the result is the
+    same bit for bit for any thread count."""
+    from ccme import tuning
+
+    monkeypatch.setattr(tuning, "LAMBDA_UNITS", 120)
+    monkeypatch.setattr(tuning, "NYSTROM_RANK", 60)
+    monkeypatch.setattr(tuning, "_OUTCOME_UNITS", 500)
+    sizes = []
+    spectrum = tuning._spectrum
+    monkeypatch.setattr(tuning, "_spectrum", lambda X, *args: sizes.append(len(X)) or spectrum(X, *args))
+    data = ccme.datasets.paper_simulation(1200, seed=4)
+    fits = [ccme.fit(F, data, seed=5, n_threads=threads) for threads in (1, 2)]
+    assert sizes and max(sizes) <= 120
+    report = fits[0].tuning
+    assert report.pending_readout is None  # applied to the fit
+    assert any("Nystrom proxy" in note for note in report.notes)
+    for arm in (1, 0):
+        assert report.chosen["lam0"][arm] in LAMBDA_GRID or report.chosen["lam0"][arm] < min(LAMBDA_GRID)
+        assert fits[0].outcome_kernel(arm) == fits[1].outcome_kernel(arm)
+    assert report.chosen == fits[1].tuning.chosen
+    grid = fits[0].default_grid(50)
+    for arm in (1, 0):
+        assert fits[0].density(grid, arm=arm).tobytes() == fits[1].density(grid, arm=arm).tobytes()

@@ -2,39 +2,59 @@
 
 ``ccme.fit(..., tune="auto")`` (the default) chooses, for the ridge estimator,
 
-- the penalties λ₀ (stage 1, per arm) and λ₁ (stage 2, one value for both
-  arms so that they share the factorisation of K_V + nλ₁I) by exact
-  leave-one-out cross-validation of the RKHS-valued ridge regressions: the
-  loss is the squared RKHS distance between a held-out target (φ(Y) in stage
-  1, the pseudo-outcome ξ̂ in stage 2) and its prediction, summed over the
+- the penalties λ₀ (stage 1, per arm) and λ₁ (stage 2, one value for both arms
+  so that they share the factorisation of K_V + nλ₁I) by exact leave-one-out
+  cross-validation of the RKHS-valued ridge regressions: the loss is the
+  squared RKHS distance between a held-out target (φ(Y) in stage 1, the
+  pseudo-outcome ξ̂ in stage 2) and its prediction, summed over the
   cross-fitting folds.  For a linear smoother the leave-one-out residual of
   unit i is r_i / (1 − H_ii), so one factorisation of the kernel serves the
-  whole λ path (:func:`ccme._backend.krr_loo_path`);
+  whole λ path (:func:`ccme._backend.krr_loo_path`).  Each fold's regression is
+  scored on a seeded subsample of s = min(m, :data:`LAMBDA_UNITS`) of its m
+  units (1500: all of them below n ≈ 3000 with two folds), and the grid's value
+  λ, meant for m units, is scored there at λ (m/s)^α (:data:`LAMBDA_RATE`:
+  α = 1.5 in stage 1, 1.2 in stage 2; penalty convention K + mλI); the default
+  grid grows downwards by a decade, at most twice, while a stage's optimum
+  sits at its smallest value.  A rate, not λ as chosen on the subsample: the
+  leave-one-out minimiser λ* falls faster than 1/m (the total penalty mλ* falls
+  too).  Measured by ``benchmarks/tuning_speed.py --rates`` (the slope of log
+  λ* against log m, λ* on a fine grid): at n = 20000 on the paper's simulation
+  and the zoo's mixture_v3, hetero_v2 and sparse_v10, m from 500 to 10000,
+  1.15–1.55 in stage 1 and 1.07–1.43 in stage 2; on the paper's simulation at
+  n = 80000, 1.7–1.9 in stage 1 (m to 29000) and 1.2 in stage 2 (m to 40000).
+  Keeping λ as chosen on 1500 units would over-penalise a fold of 7500 units
+  about tenfold; the rate puts the full fold's minimiser within ±0.15 decades
+  (a third of the grid's step) in these cases at n = 20000, and stage 1's up to
+  0.3 decades too high at m ≈ 3·10⁴ (more beyond: a fit at n ≫ 10⁵ may
+  re-choose λ on its own low-rank features).  The first stage μ̂₀ inside the
+  stage-2 pseudo-outcomes is fitted on all of the arm's nuisance units: through
+  the kernel's spectrum up to LAMBDA_UNITS units, beyond by the Nyström kernel
+  ridge regression on at most :data:`NYSTROM_RANK` centres
+  (:func:`_first_stage_at`);
 - the X and V bandwidths per covariate group (ARD: one factor of the rule's
   bandwidth per raw variable, a categorical variable's indicator columns
   together, :func:`ccme.kernels.covariate_groups`) by the same criterion: a
   coordinate search over log2 factors 1/16 … 16 and +inf (the covariate
   dropped), in sweeps of steps ×2 then ×√2 (:data:`ARD_STEPS`), alternating
-  with the penalties (chosen over the λ grid at the start, then over
-  [λ/10, 10λ] after each sweep).  Stage 1 keeps one X kernel for both arms,
-  each arm with its own λ₀ (the search sums the arms' LOO errors): the fold's
-  first stage holds one X kernel, the covariates that shape Y given X are
-  mostly the same in both arms, and one search on both arms' units costs
-  half of two and reports one relevance table.  Stage 2 has one V kernel
-  (λ₁ is shared by the arms).  The search runs on at most
-  :data:`ARD_UNITS` units per regression (500 in stage 1, 2000 in stage 2):
-  a seeded subsample of each arm's units, pooled over the folds' nuisance
-  parts, in stage 1; of the second-stage units with their fold's
-  pseudo-outcomes in stage 2.  The penalties are then chosen on the full
-  folds as below.  The pseudo-outcomes' criterion is often flat within its
-  noise, so the V search starts from the bandwidths stage 1 learned for the
-  same covariates and moves only for a decrease beyond one paired standard
-  error (:data:`ARD_STAGE2_GUARD`).  For a categorical group the bandwidth
-  is Li and Racine's smoothing parameter λ_g (:mod:`ccme.kernels`).  The
-  learned bandwidths are in ``res.tuning.relevance_frame()`` and the
-  summary's "Covariate relevance" section.  ``tune={"x_bandwidth": [...],
-  "v_bandwidth": [...]}`` instead chooses one common factor of the rule's
-  bandwidths from a grid;
+  with the penalties (chosen over the λ grid at the start, then over [λ/10,
+  10λ] after each sweep).  Stage 1 keeps one X kernel for both arms, each arm
+  with its own λ₀ (the search sums the arms' LOO errors): the fold's first
+  stage holds one X kernel, the covariates that shape Y given X are mostly the
+  same in both arms, and one search on both arms' units costs half of two and
+  reports one relevance table.  Stage 2 has one V kernel (λ₁ is shared by the
+  arms).  The search runs on at most :data:`ARD_UNITS` units per regression
+  (500 in stage 1, 2000 in stage 2): a seeded subsample of each arm's units,
+  pooled over the folds' nuisance parts, in stage 1; of the second-stage units
+  with their fold's pseudo-outcomes in stage 2.  The penalties are then chosen
+  on the folds' subsamples as above.  The pseudo-outcomes' criterion is often
+  flat within its noise, so the V search starts from the bandwidths stage 1
+  learned for the same covariates and moves only for a decrease beyond one
+  paired standard error (:data:`ARD_STAGE2_GUARD`).  For a categorical group
+  the bandwidth is Li and Racine's smoothing parameter λ_g
+  (:mod:`ccme.kernels`).  The learned bandwidths are in
+  ``res.tuning.relevance_frame()`` and the summary's "Covariate relevance"
+  section.  ``tune={"x_bandwidth": [...], "v_bandwidth": [...]}`` instead
+  chooses one common factor of the rule's bandwidths from a grid;
 - each arm's outcome (read-out) bandwidth σ_y, as a factor multiplying
   Silverman's rule, by weighted least-squares cross-validation of the
   arm's conditional density: for
@@ -42,20 +62,37 @@
   Σ_j ω_j [∫ p̂(y | V_j)² dy − 2 p̂(Y_j | V_j)] with ω_j = 1{A_j = a}/π̂_a(X_j)
   is an unbiased estimate (up to a constant) of the integrated squared error
   ∫ (p̂ − p^a)² dy averaged over V, by ignorability.  σ_y only enters the
-  read-out of the fitted embedding (the ridge weights do not depend on it),
-  so it is chosen after the fit at no refitting cost.  The arms get their own
+  read-out of the fitted embedding (the ridge weights do not depend on it).
+  The criterion is evaluated by :func:`tune_ridge`, before the exact fit, on
+  a Nyström proxy of the fit (:func:`_readout_proxy`: the same data, kernels
+  and penalties, both kernel ridge regressions at rank at most NYSTROM_RANK,
+  the atoms binned): on the exact fit it needs every fold-arm's n × n factors
+  and triangular solves of 300 right-hand sides per fold and arm (some 20 s
+  at n = 20000, half of them building the control arm's factors that a user
+  of the treated arm never needs), and it does not scale past them.  The
+  proxy's curves agree with the exact ones to 0.1 % of their range (n = 4000,
+  rank 300), well inside the criterion's noise; with a forest first stage
+  (which has no such proxy) :func:`tune_readout` evaluates it on the fit.
+  The arms get their own
   σ_y, as separate kernel density estimates would; the common outcome kernel
   of the embedding (``res.kernels["y"]``, used by comparisons between the
   arms) keeps the rule's bandwidth.
 
 The targets' RKHS inner products enter through feature coordinates: a pivoted
 Cholesky factorisation of the outcome kernel over all observed outcomes,
-k_Y(Y_i, Y_j) ≈ G_i·G_j (to 1e-8).  The input kernels are factored the same
-way, K ≈ LLᵀ, stopping once the largest residual diagonal is below
-1e-2 · min(1, nλ_min) (so that the hat matrices are accurate to about 1e-2 at
-the smallest penalty of the grid, and better at the larger ones) or at rank
-2000; at full rank the criterion is exactly the leave-one-out error (tests
-compare it with brute-force refits).
+k_Y(Y_i, Y_j) ≈ G_i·G_j (to 1e-8; beyond 20000 units, Nyström features on
+the pivots of a subsample, computed for the rows in use).  The input kernels
+are factored the same way, K ≈ LLᵀ, stopping once the largest residual
+diagonal is below 1e-2 · min(1, nλ_min) (so that the hat matrices are
+accurate to about 1e-2 at the smallest penalty of the grid, and better at the
+larger ones) or at rank 2000; at full rank the criterion is exactly the
+leave-one-out error (tests compare it with brute-force refits).  Memory: no
+kernel factor of the tuning has more than LAMBDA_UNITS (or ARD_UNITS) rows;
+the Nyström pieces over all of a fold's units are accumulated a block of
+rows at a time (O(block · r + r²)), so that the tuning needs O(n) memory for
+the data and O(n r_Y) for the outcome features of the rows it uses, nothing
+of size n × 2000.  The choices are deterministic given ``seed`` (each
+subsample has its own seed) and the same for any thread count.
 
 Hyperparameters the user sets explicitly are never tuned.  The neural
 estimators select by validation loss instead: :mod:`ccme.estimators.neural_tuning`.
@@ -77,7 +114,7 @@ from .errors import CcmeWarning, ParameterError
 from .kernels import Kernel
 from .grids import outcome_grid
 from .memory import check_allocation
-from .pseudo import pseudo_outcome, uses_first_stage
+from .pseudo import PseudoOutcome, pseudo_outcome, uses_first_stage
 from .estimators.ridge import apply_first_stage
 
 __all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_outcome_bandwidth", "tune_readout",
@@ -167,6 +204,9 @@ class TuningReport:
     seconds: float = 0.0
     notes: list = field(default_factory=list)
     relevance: list = field(default_factory=list)
+    #: The read-out bandwidths :func:`tune_ridge` chose on the fit's Nyström proxy, ({arm: Kernel}, curves), until
+    #: :func:`tune_readout` applies them (then None; never saved).
+    pending_readout: object = field(default=None, repr=False, compare=False)
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.TuningReport"
@@ -317,6 +357,49 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
 # ---------------------------------------------------------------------------
 # penalties (and X/V bandwidth factors) by leave-one-out
 # ---------------------------------------------------------------------------
+#: Units each penalty regression uses at most: a seeded subsample of the arm's units of a fold's nuisance part
+#: (stage 1, per fold and arm) or of a fold's second-stage units (stage 2, per fold); the penalty chosen there is
+#: carried to the regression's size by :data:`LAMBDA_RATE`.
+LAMBDA_UNITS = 1500
+#: Exponent α of the penalty's transfer from a subsample of s units to the regression's m units in the convention
+#: K + mλI: λ_m = λ_s (s/m)^α.  Measured on the paper's simulation and three cases of the accuracy zoo (the slope of
+#: log λ* against log m of the leave-one-out minimiser, m from 500 to 30000; ``benchmarks/tuning_speed.py --rates``).
+LAMBDA_RATE = {"X": 1.5, "V": 1.2}
+#: Rank (number of Nyström centres) at most of the kernel approximations beyond the penalty subsamples: the first
+#: stage μ̂₀ of the stage-2 pseudo-outcomes when its regression is larger than LAMBDA_UNITS, and the read-out proxy.
+NYSTROM_RANK = 300
+_NYSTROM_TOL = 1e-3      # the centres' pivoted Cholesky stops at 1e-3 · min(1, mλ) (or at NYSTROM_RANK)
+_OUTCOME_UNITS = 20000   # beyond this many units the outcome features' centres come from a subsample
+_BLOCK_ROWS = 8192       # rows of a block of Nyström features (memory O(block · rank))
+_BINS_PER_SCALE = 8      # read-out proxy: bins per smallest outcome bandwidth (linear binning error ~ 1/(8·64))
+_MAX_BINS = 8192
+
+
+def _units_rng(seed: int, *key: int) -> np.random.Generator:
+    """The generator of one subsample of the penalty search, keyed by (stage, fold, arm): draws in any order agree."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed) % 2**63, 0x1A3, *key]))
+
+
+def _transfer(units: int, size: int, stage: str) -> float:
+    """λ_s / λ_m = (m/s)^α of :data:`LAMBDA_RATE`: 1.0 exactly when the regression was not subsampled."""
+    return 1.0 if units >= size else float((size / units) ** LAMBDA_RATE[stage])
+
+
+def _parallel(fn, tasks: list, n_threads: int) -> list:
+    """``[fn(t) for t in tasks]`` on up to ``n_threads`` Python threads (0: the CPU count); results in task order.
+
+    The tasks call the compiled core with one thread and hold numpy's BLAS at one thread, so the results do not
+    depend on the number of workers.
+    """
+    workers = max(1, min(len(tasks), 8, n_threads if n_threads > 0 else (os.cpu_count() or 1)))
+    if workers == 1:
+        return [fn(t) for t in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, tasks))
+
+
 @dataclass(frozen=True)
 class _Spectrum:
     """K ≈ Q diag(s2) Qᵀ (Q with orthonormal columns), from a pivoted Cholesky factor."""
@@ -355,11 +438,103 @@ def _spectrum(X, kernel: Kernel, factor: float, lam_min: float, n_threads: int) 
     return _Spectrum(Q=Q, s2=s2, approximate=residual > tol)
 
 
-def _outcome_features(Y, y_kernel: Kernel, n_threads: int):
+@dataclass(frozen=True)
+class _Nystrom:
+    """Nyström features φ(x) = L⁻¹ k(P, x) of a kernel on the centres P, with k(P, P) = LLᵀ (L lower triangular).
+
+    k(x, x') ≈ φ(x)·φ(x'), exact when x or x' is a centre.  The centres are the
+    pivots of a pivoted Cholesky factorisation, in their order, so that the
+    features of the points it factored are the rows of its factor.
+    """
+
+    centers: np.ndarray
+    L: np.ndarray
+    name: str
+    bandwidth: np.ndarray
+
+    @property
+    def rank(self) -> int:
+        return len(self.centers)
+
+    @classmethod
+    def fit(cls, Z: np.ndarray, kernel: Kernel, tol: float, max_rank: int, n_threads: int = 0) -> "_Nystrom":
+        """Centres: the pivots of a pivoted Cholesky factorisation of k on the rows of ``Z`` (to ``tol``)."""
+        bw = kernel.bandwidth_array
+        L, pivots, _ = _backend.pivoted_cholesky(Z, kernel.name, bw, tol, max_rank, n_threads=n_threads)
+        return cls(np.ascontiguousarray(Z[pivots]), np.ascontiguousarray(L[pivots]), kernel.name, bw)
+
+    def features(self, X: np.ndarray, n_threads: int = 0) -> np.ndarray:
+        """φ at the rows of ``X``, shape (len(X), rank); the caller holds numpy's BLAS at one thread."""
+        import scipy.linalg
+
+        out = np.empty((len(X), self.rank))
+        for s in range(0, len(X), _BLOCK_ROWS):
+            K = _backend.gram(self.centers, X[s:s + _BLOCK_ROWS], self.name, self.bandwidth, n_threads=n_threads)
+            out[s:s + _BLOCK_ROWS] = scipy.linalg.solve_triangular(self.L, K, lower=True, check_finite=False).T
+        return out
+
+    def ridge(self, X: np.ndarray, T, mu: float, n_threads: int = 0) -> np.ndarray:
+        """Coefficients W = (ΦᵀΦ + μI)⁻¹ΦᵀT of the ridge regression of ``T`` on the features Φ of ``X``.
+
+        The kernel ridge regression (K + μI)⁻¹ with K ≈ ΦΦᵀ: its prediction at x
+        is φ(x)ᵀW.  ``T`` is an array or a callable giving the targets of a block
+        of rows (``T(start, stop)``); Φ is accumulated a block of rows at a time.
+        """
+        import scipy.linalg
+
+        gram = np.zeros((self.rank, self.rank))
+        cross = None
+        for s in range(0, len(X), _BLOCK_ROWS):
+            Phi = self.features(X[s:s + _BLOCK_ROWS], n_threads)
+            block = T(s, min(s + _BLOCK_ROWS, len(X))) if callable(T) else T[s:s + _BLOCK_ROWS]
+            gram += Phi.T @ Phi
+            cross = Phi.T @ block if cross is None else cross + Phi.T @ block
+        gram[np.diag_indices_from(gram)] += mu
+        return scipy.linalg.solve(gram, cross, assume_a="pos", check_finite=False)
+
+
+def _nystrom_map(Z: np.ndarray, kernel: Kernel, mu: float, rng, n_threads: int = 0) -> _Nystrom:
+    """Nyström centres for the kernel ridge regression (K + μI) on the rows of ``Z``: the pivots of a pivoted
+    Cholesky factorisation of a subsample of :data:`LAMBDA_UNITS` rows, to _NYSTROM_TOL·min(1, μ) or rank
+    :data:`NYSTROM_RANK`."""
+    pick = _subsample(Z, rng, LAMBDA_UNITS)
+    return _Nystrom.fit(np.ascontiguousarray(Z[pick]), kernel, _NYSTROM_TOL * min(1.0, mu), NYSTROM_RANK, n_threads)
+
+
+class _OutcomeFeatures:
+    """Coordinates G(y) of the outcome kernel's RKHS: k_Y(Y_i, Y_j) ≈ G_i·G_j, indexed by rows (``G[rows]``).
+
+    Up to :data:`_OUTCOME_UNITS` units: the pivoted Cholesky factor of all the
+    outcomes (to _OUTCOME_TOL), held whole.  Beyond: Nyström features on the
+    pivots of a seeded subsample of that many outcomes, with every column's
+    smallest and largest outcome among the candidates (so that the outcomes'
+    range is covered), computed for the rows asked for: memory O(rows · rank)
+    instead of O(n · rank).  The feature space is the RKHS up to a constant
+    factor, which does not move any argmin.
+    """
+
+    def __init__(self, Y: np.ndarray, kernel: Kernel, n_threads: int, seed: int):
+        self._Y, self._n_threads = Y, n_threads
+        if len(Y) <= _OUTCOME_UNITS:
+            self._full, _, _ = _backend.pivoted_cholesky(Y, kernel.name, kernel.bandwidth_array, _OUTCOME_TOL,
+                                                         _MAX_RANK, n_threads=n_threads)
+            self._map = None
+        else:
+            pick = _subsample(Y, _units_rng(seed, 4), _OUTCOME_UNITS)
+            pick = np.unique(np.concatenate([pick, np.argmin(Y, axis=0), np.argmax(Y, axis=0)]))
+            self._full = None
+            self._map = _Nystrom.fit(np.ascontiguousarray(Y[pick]), kernel, _OUTCOME_TOL, _MAX_RANK, n_threads)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        if self._map is None:
+            return self._full[rows]
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._map.features(np.ascontiguousarray(self._Y[rows]), self._n_threads)
+
+
+def _outcome_features(Y, y_kernel: Kernel, n_threads: int, seed: int = 0) -> _OutcomeFeatures:
     # The RKHS of the outcome kernel up to a constant factor (which does not move any argmin).
-    G, _, _ = _backend.pivoted_cholesky(Y, y_kernel.name, y_kernel.bandwidth_array, _OUTCOME_TOL, _MAX_RANK,
-                                        n_threads=n_threads)
-    return G
+    return _OutcomeFeatures(Y, y_kernel, n_threads, seed)
 
 
 def _best(criterion: np.ndarray) -> int:
@@ -386,10 +561,10 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     mode, design, Xo, scores, n_threads = data.mode, data.design, data.Xo, data.scores, data.n_threads
     prepared = params.to_dict()
     A, Y, V = design.A, design.Y, design.V
-    G = _outcome_features(Y, prepared["kernels"]["y"], n_threads)
+    G = _outcome_features(Y, prepared["kernels"]["y"], n_threads, seed)
     uses_stage1 = uses_first_stage(mode)
     approximate = False
-    spectra = {}  # (fold, arm, factor) -> _Spectrum of the stage-1 kernel
+    spectra = {}  # (fold, arm, factor) -> _Spectrum of the stage-1 kernel on all the regression's units
     x_factor = 1.0
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xA2D]))  # the search's subsamples
     searched = {}  # "X"/"V" -> (evaluations, seconds)
@@ -427,14 +602,27 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         best_overall = {}
 
         def curve(arm, f, grid):
+            # Each fold's regression on at most LAMBDA_UNITS of its units, at the penalties λ·(m/s)^α that
+            # correspond to the grid's λ at its m units (_transfer); the folds in parallel.
             nonlocal approximate
+
+            def one(k):
+                rows = fold_rows[k]
+                pick = rows[_subsample(rows, _units_rng(seed, 0, k, arm), LAMBDA_UNITS)]
+                shift = _transfer(len(pick), len(rows), "X")
+                spec = _spectrum(Xo[pick], x_kernel, f, grid.min() * shift, 1)
+                return spec, len(pick) == len(rows), spec.loo(G[pick], grid * shift, 1)
+
+            fold_rows = [fold.nuisance[A[fold.nuisance] == arm] for fold in folds]
             total = np.zeros(len(grid))
-            for k, fold in enumerate(folds):
-                rows = fold.nuisance[A[fold.nuisance] == arm]
-                spectra[(k, arm, f)] = spec = _spectrum(Xo[rows], x_kernel, f, grid.min(), n_threads)
+            with threadpool_limits(limits=1, user_api="blas"):
+                results = _parallel(one, list(range(len(folds))), n_threads)
+            for k, (spec, whole, loo) in enumerate(results):
+                if whole:  # kept for the stage-2 pseudo-outcomes' first stage
+                    spectra[(k, arm, f)] = spec
                 approximate |= spec.approximate
-                total += len(rows) * spec.loo(G[rows], grid, n_threads)
-            return total / sum(int(np.sum(A[fold.nuisance] == arm)) for fold in folds)
+                total += len(fold_rows[k]) * loo
+            return total / sum(len(rows) for rows in fold_rows)
 
         for arm in (1, 0):
             arm_grid = lam_grid
@@ -476,7 +664,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         stage1 = {(k, arm): spectra.get((k, arm, x_factor)) for k in range(len(folds)) for arm in (1, 0)}
         with threadpool_limits(limits=1, user_api="blas"):  # the same bits for any BLAS thread count
             targets = _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1,
-                                               replaced)
+                                               replaced, seed)
         if v_ard:
             ard_started = time.perf_counter()
             problems = _stage2_problems(mode, targets, V, lam1_now, rng)
@@ -490,18 +678,35 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             v_kernel = prepared["kernels"]["v"] = tuned_v
             searched["V"] = (count, time.perf_counter() - ard_started)
     if ("lam1" in grids or "v_bandwidth" in grids) and ("lam1" in grids or not v_ard):
-        per_factor = {arm: np.zeros((len(factors), len(lam_grid))) for arm in (1, 0)}
-        for i_f, f in enumerate(factors):
-            for fold_index, fold in enumerate(folds):
-                shared = None
-                for arm in (1, 0):
-                    rows, Z = targets[fold_index][arm]
-                    if mode == "onestep" or shared is None:
-                        shared = _spectrum(V[rows], v_kernel, f, lam_grid.min(), n_threads)
-                        approximate |= shared.approximate
-                    per_factor[arm][i_f] += len(rows) * shared.loo(Z, lam_grid, n_threads)
-                    if mode == "onestep":
-                        shared = None
+        # One regression per fold (per fold and arm for one-step) on the subsample of its second-stage units that
+        # carries the pseudo-outcomes, at the penalties λ·(n/s)^α of the grid's λ at its n units (_transfer).
+        per_fold = ((1,), (0,)) if mode == "onestep" else ((1, 0),)
+        regressions = [(k, arms) for k in range(len(folds)) for arms in per_fold]
+
+        def one(task):
+            (k, arms), _, f = task
+            rows, _, size = targets[k][arms[0]]
+            shift = _transfer(len(rows), size, "V")
+            spec = _spectrum(V[rows], v_kernel, f, lam_grid.min() * shift, 1)
+            return spec.approximate, [size * spec.loo(targets[k][arm][1], lam_grid * shift, 1) for arm in arms]
+
+        # The default grid grows downwards as λ₀'s does (a decade at a time, at most _EXTENSIONS times) while an
+        # arm's optimum sits at its smallest value: large second stages want smaller penalties.
+        extend = grids.get("lam1") is LAMBDA_GRID
+        for extension in range(_EXTENSIONS + 1):
+            per_factor = {arm: np.zeros((len(factors), len(lam_grid))) for arm in (1, 0)}
+            tasks = [(r, i_f, f) for i_f, f in enumerate(factors) for r in regressions]
+            with threadpool_limits(limits=1, user_api="blas"):
+                results = _parallel(one, tasks, n_threads)
+            for ((_, arms), i_f, _), (approx, curves) in zip(tasks, results):
+                approximate |= approx
+                for arm, values in zip(arms, curves):
+                    per_factor[arm][i_f] += values
+            sums = [per_factor[1] + per_factor[0]] if mode != "onestep" else [per_factor[1], per_factor[0]]
+            lowest = any(np.unravel_index(_best(c.ravel()), c.shape)[1] == 0 for c in sums)
+            if not (extend and lowest) or extension == _EXTENSIONS:
+                break
+            lam_grid = np.concatenate([lam_grid[0] * 10.0 ** np.array([-1.0, -0.5]), lam_grid])
         if mode == "onestep":
             lam1 = {}
             for arm in (1, 0):
@@ -527,6 +732,14 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             prepared["kernels"]["v"] = Kernel(v_kernel.name, tuple(v_kernel.bandwidth_array * f_best),
                                               f"{v_kernel.rule} x {f_best:g}, LOO")
             report.chosen["v_bandwidth_factor"] = float(f_best)
+    if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared):
+        readout_started = time.perf_counter()
+        report.pending_readout = _readout_proxy(
+            mode=mode, design=design, Xo=Xo, folds=folds, scores=scores, kernels=prepared["kernels"],
+            lam0=prepared["lam0"], lam1=prepared["lam1"], factors=grids["y_bandwidth"], seed=seed,
+            n_threads=n_threads, weighted=mode != "onestep")
+        report.notes.append(f"y bandwidth: weighted ISE-CV on the fit's Nystrom proxy (rank at most {NYSTROM_RANK}), "
+                            f"{time.perf_counter() - readout_started:.2f} s")
     if approximate:
         report.notes.append(f"a kernel needed more than rank {_MAX_RANK}: the LOO criteria are approximate")
         warnings.warn(
@@ -541,6 +754,15 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     note_edges(report)
     report.seconds = time.perf_counter() - started
     return params.replace(**prepared), report
+
+
+def _proxy_readout(mode: str, design, prepared: dict) -> bool:
+    """Whether σ_y is chosen on the Nyström proxy (:func:`_readout_proxy`): a one-dimensional outcome and, where the
+    mode has a first stage, the kernel ridge in both arms (a forest's weights have no such proxy)."""
+    if design.Y.shape[1] != 1:
+        return False
+    first = prepared.get("first_stage") or {1: "kernel", 0: "kernel"}
+    return not uses_first_stage(mode) or all(first.get(arm, "kernel") == "kernel" for arm in (1, 0))
 
 
 def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None):
@@ -598,32 +820,62 @@ def _stage2_problems(mode, targets, V, lam1, rng) -> list:
     return [_ArdProblem(Z=V[rows[1][pick]], T=np.hstack([feats[1][pick], feats[0][pick]]), weight=1.0, lam=lam1[1])]
 
 
-def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1, replaced=None):
-    """Per fold and arm: (second-stage rows, feature coordinates of ξ̂ on them).
+def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1, replaced=None,
+                             seed: int = 0):
+    """Per fold and arm: (second-stage rows, feature coordinates of ξ̂ on them, the regression's number of units).
 
-    The pseudo-outcomes of :mod:`ccme.pseudo` in the outcome features G:
-    a_i G(Y_i) + b_i μ̂₀(X_i), with μ̂₀(X_1i) = K_X1X0 (K_X0 + mλ₀I)⁻¹ G_0 through
-    the stage-1 kernel's low-rank spectrum (reused from stage-1 tuning when it ran),
-    or as given in ``replaced`` ((fold index, arm) → μ̂₀'s features at the rows).
+    The rows are a seeded subsample of at most :data:`LAMBDA_UNITS` of the
+    regression's units (all of them when it has no more; one subsample for
+    both arms, except in the one-step mode, whose regressions are the arms'
+    own).  The pseudo-outcomes of :mod:`ccme.pseudo` in the outcome features
+    G: a_i G(Y_i) + b_i μ̂₀(X_i), with μ̂₀ fitted on all the units of the
+    arm's nuisance part (:func:`_first_stage_at`), or as given in ``replaced``
+    ((fold index, arm) → μ̂₀'s features at all the fold's second-stage rows).
     """
     A = design.A
     out = []
     for k, fold in enumerate(folds):
         per_arm = {}
         target = fold.target
+        shared = None
         for arm in (1, 0):
             pseudo = pseudo_outcome(mode, arm, A=A, target=target, scores_target=scores[target])
+            if mode == "onestep" or shared is None:
+                pick = _subsample(pseudo.rows, _units_rng(seed, 1, k, arm if mode == "onestep" else 2), LAMBDA_UNITS)
+                shared = pick
+            pick = shared
+            rows = pseudo.rows[pick]
             first = None
             if pseudo.has_first_stage and replaced and (k, arm) in replaced:
-                first = replaced[(k, arm)]
+                first = replaced[(k, arm)][pick]
             elif pseudo.has_first_stage:
                 rows0 = fold.nuisance[A[fold.nuisance] == arm]
-                spec = stage1.get((k, arm)) or _spectrum(Xo[rows0], x_kernel, 1.0, lam0[arm], n_threads)
-                solved = spec.solve(len(rows0) * lam0[arm], G[rows0])
-                first = apply_first_stage(Xo[pseudo.rows], Xo[rows0], x_kernel, solved, n_threads)
-            per_arm[arm] = (pseudo.rows, pseudo.features(G[pseudo.rows], first))
+                first = _first_stage_at(Xo[rows], Xo, rows0, G, x_kernel, lam0[arm], stage1.get((k, arm)),
+                                        _units_rng(seed, 3, k, arm), n_threads)
+            sub = PseudoOutcome(rows=rows, a=pseudo.a[pick], b=pseudo.b[pick])
+            per_arm[arm] = (rows, sub.features(G[rows], first), len(pseudo.rows))
         out.append(per_arm)
     return out
+
+
+def _first_stage_at(X1, Xo, rows0, G, x_kernel: Kernel, lam0: float, spectrum, rng, n_threads: int) -> np.ndarray:
+    """μ̂₀ at the rows of ``X1`` in the coordinates G: K_X1X0 (K_X0 + mλ₀I)⁻¹ G_0 over the m units ``rows0``.
+
+    Up to :data:`LAMBDA_UNITS` units: through the low-rank spectrum of K_X0
+    (``spectrum``, the stage-1 tuning's when it ran on all of them) and the
+    exact cross-kernel.  Beyond: the Nyström kernel ridge regression on at most
+    :data:`NYSTROM_RANK` centres (:func:`_nystrom_map`), a block of rows at a
+    time: O(m r²) time and O(r²) memory besides the rows' coordinates.
+    """
+    m = len(rows0)
+    if spectrum is not None or m <= LAMBDA_UNITS:
+        spectrum = spectrum or _spectrum(Xo[rows0], x_kernel, 1.0, lam0, n_threads)
+        solved = spectrum.solve(m * lam0, G[rows0])
+        return apply_first_stage(X1, Xo[rows0], x_kernel, solved, n_threads)
+    X0 = np.ascontiguousarray(Xo[rows0])
+    nystrom = _nystrom_map(X0, x_kernel, m * lam0, rng, n_threads)
+    W = nystrom.ridge(X0, lambda start, stop: G[rows0[start:stop]], m * lam0, n_threads)
+    return nystrom.features(X1, n_threads) @ W
 
 
 # ---------------------------------------------------------------------------
@@ -885,6 +1137,207 @@ def _group_curves(parameter: str, kernel: Kernel, theta, visits) -> list:
 
 
 # ---------------------------------------------------------------------------
+# the read-out criterion on a Nyström proxy of the fit (tune_ridge, before the exact fit)
+# ---------------------------------------------------------------------------
+class _Bins:
+    """Linear binning of one-dimensional atoms on a regular grid of centres g_b.
+
+    A kernel sum Σ_k c_k k(y_k, y) becomes Σ_b m_b k(g_b, y), each atom's
+    weight split between its two neighbouring centres in proportion to
+    closeness; the error is about (δ/σ)²/8 of the kernel for spacing δ and
+    bandwidth σ, 0.2 % at :data:`_BINS_PER_SCALE` centres per bandwidth.
+    """
+
+    def __init__(self, y: np.ndarray, scale: float):
+        lo, hi = float(np.min(y)), float(np.max(y))
+        hi = hi if hi > lo else lo + scale
+        count = int(min(_MAX_BINS, max(2, np.ceil((hi - lo) / scale * _BINS_PER_SCALE) + 1)))
+        self.lo, self.count = lo, count
+        self.step = (hi - lo) / (count - 1)
+        self.centers = np.ascontiguousarray((lo + self.step * np.arange(count))[:, None])
+
+    def locate(self, y: np.ndarray):
+        """Each value's left centre index and its weight w on the right centre (1 − w on the left)."""
+        t = (np.asarray(y, dtype=np.float64) - self.lo) / self.step
+        i = np.clip(np.floor(t), 0, self.count - 2).astype(np.intp)
+        return i, np.clip(t - i, 0.0, 1.0)
+
+    def matrix(self, y: np.ndarray):
+        """The sparse (count × len(y)) binning matrix: column j holds value j's weights on its two centres."""
+        import scipy.sparse
+
+        i, w = self.locate(y)
+        cols = np.arange(len(i))
+        return scipy.sparse.csr_matrix((np.concatenate([1.0 - w, w]), (np.concatenate([i, i + 1]),
+                                                                        np.concatenate([cols, cols]))),
+                                       shape=(self.count, len(i)))
+
+
+def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, held: dict, bins: _Bins,
+                seed: int) -> dict:
+    """Binned embedding weights at V of each arm's ``held`` units of one fold, and each unit's own-atom weight.
+
+    The fold-arm's estimator (eq. emp_density) with both kernel ridge
+    regressions replaced by their Nyström versions (:func:`_nystrom_map`, on
+    centres P with k(P, P) = LLᵀ and features φ(x) = L⁻¹k(P, x)): the second
+    stage K_V ≈ ΦΦᵀ over its n units (penalty s₁ = nλ₁), the first stage
+    K_X0 ≈ Ψ₀Ψ₀ᵀ and K_X0X1 ≈ Ψ₀Ψ₁ᵀ over the arm's m nuisance units (s₀ = mλ₀).
+    The weights on the atoms, c₁ = a ∘ β and c₀ = Ψ₀ N⁻¹ Ψ₁ᵀ (b ∘ β) with
+    β = Φ M⁻¹ φ(v), M = ΦᵀΦ + s₁I and N = Ψ₀ᵀΨ₀ + s₀I, are binned
+    (:class:`_Bins`) through products with r columns, accumulated a block of
+    rows at a time from the kernel blocks k(P, x) (ΦᵀΦ = L⁻¹ (Σ k kᵀ) L⁻ᵀ, so
+    the rows' features are never formed): O((n + m) r²) time and memory
+    O(bins · r + r²) beyond the data.  The arms share the second stage's
+    centres and kernel blocks (one-step: each arm its own units).  A held unit's
+    own outcome is an atom of μ̂₀ (the held units are the first stage's); its
+    weight c₀ is returned apart.
+
+    Returns
+    -------
+    dict
+        arm → (mass (bins, n_held), own (n_held,)).
+    """
+    import scipy.linalg
+
+    def tri(L, B, trans=0):
+        return scipy.linalg.solve_triangular(L, B, lower=True, trans=trans, check_finite=False)
+
+    def two_sided(L, S, right=None):
+        """L⁻¹ S R⁻ᵀ (R = ``right``, default L)."""
+        return tri(right if right is not None else L, tri(L, S).T).T
+
+    A, Y, V = design.A, design.Y, design.V
+    pseudo = {arm: pseudo_outcome(mode, arm, A=A, target=fold.target, scores_target=scores[fold.target])
+              for arm in held}
+    groups = [(arm,) for arm in held] if mode == "onestep" else [tuple(held)]
+    out = {}
+    for arms in groups:
+        rows = pseudo[arms[0]].rows
+        V1 = np.ascontiguousarray(V[rows])
+        lams = {arm: len(rows) * lam1[arm] for arm in arms}
+        phi = _nystrom_map(V1, kernels["v"], min(lams.values()),
+                           _units_rng(seed, 6, k, arms[0] if mode == "onestep" else 2), 1)
+        first = {arm: pseudo[arm].has_first_stage for arm in arms}
+        psi, X0, rows0 = {}, {}, {}
+        for arm in arms:
+            if first[arm]:
+                rows0[arm] = fold.nuisance[A[fold.nuisance] == arm]
+                X0[arm] = np.ascontiguousarray(Xo[rows0[arm]])
+                psi[arm] = _nystrom_map(X0[arm], kernels["x"], len(rows0[arm]) * lam0[arm],
+                                        _units_rng(seed, 7, k, arm), 1)
+        S = np.zeros((phi.rank, phi.rank))                       # Σ k_P(x) k_P(x)ᵀ over the rows
+        B1 = {arm: np.zeros((bins.count, phi.rank)) for arm in arms}
+        C = {arm: np.zeros((psi[arm].rank, phi.rank)) for arm in psi}
+        for s in range(0, len(rows), _BLOCK_ROWS):
+            block = slice(s, s + _BLOCK_ROWS)
+            Kv = _backend.gram(V1[block], phi.centers, phi.name, phi.bandwidth, n_threads=1)   # (b, r)
+            S += Kv.T @ Kv
+            binned = bins.matrix(Y[rows[block], 0])
+            for arm in arms:
+                B1[arm] += binned @ (pseudo[arm].a[block, None] * Kv)
+                if arm in psi:
+                    Kx = _backend.gram(psi[arm].centers, np.ascontiguousarray(Xo[rows[block]]), psi[arm].name,
+                                       psi[arm].bandwidth, n_threads=1)
+                    C[arm] += Kx @ (pseudo[arm].b[block, None] * Kv)
+        gram = two_sided(phi.L, S)                                # ΦᵀΦ
+        for arm in arms:
+            chosen = held[arm]
+            M = gram.copy()
+            M[np.diag_indices_from(M)] += lams[arm]
+            at = tri(phi.L, _backend.gram(phi.centers, np.ascontiguousarray(V[chosen]), phi.name, phi.bandwidth,
+                                          n_threads=1))          # φ(V_held)ᵀ
+            U = scipy.linalg.solve(M, at, assume_a="pos", check_finite=False)
+            mass = tri(phi.L, B1[arm].T).T @ U
+            own = np.zeros(len(chosen))
+            if arm in psi:
+                p = psi[arm]
+                Sx = np.zeros((p.rank, p.rank))
+                B0 = np.zeros((bins.count, p.rank))
+                for s in range(0, len(rows0[arm]), _BLOCK_ROWS):
+                    block = slice(s, s + _BLOCK_ROWS)
+                    Kx = _backend.gram(X0[arm][block], p.centers, p.name, p.bandwidth, n_threads=1)
+                    Sx += Kx.T @ Kx
+                    B0 += bins.matrix(Y[rows0[arm][block], 0]) @ Kx
+                N = two_sided(p.L, Sx)
+                N[np.diag_indices_from(N)] += len(rows0[arm]) * lam0[arm]
+                T = scipy.linalg.solve(N, two_sided(p.L, C[arm], phi.L) @ U, assume_a="pos", check_finite=False)
+                mass += tri(p.L, B0.T).T @ T
+                held_x = tri(p.L, _backend.gram(p.centers, np.ascontiguousarray(Xo[chosen]), p.name, p.bandwidth,
+                                                n_threads=1))     # ψ(X_held)ᵀ
+                own = np.einsum("rj,rj->j", held_x, T)
+            out[arm] = (mass, own)
+    return out
+
+
+def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, factors, seed: int, n_threads: int,
+                   weighted: bool):
+    """Each arm's read-out bandwidth σ_y by the weighted ISE-CV of :func:`tune_outcome_bandwidth`, on a proxy.
+
+    The criterion is the same sum over at most 300 held-out units per fold and
+    arm (the arm's units of the fold's nuisance part, drawn with ``seed``), with
+    the fitted embedding replaced by its Nyström proxy (:func:`_proxy_fold`:
+    the same data, kernels and penalties, rank at most :data:`NYSTROM_RANK`)
+    and the atoms binned on a regular grid (:class:`_Bins`).  It runs before
+    the exact fit, so that choosing σ_y neither waits for the fit's n × n
+    factors nor builds an arm the user may never read.  Returns
+    ({arm: Kernel}, [TuningCurve per arm]) as :func:`tune_outcome_bandwidth`.
+    """
+    Y, A = design.Y, design.A
+    base = kernels["y"]
+    factors = np.asarray(factors, dtype=np.float64)
+    rng = _units_rng(seed, 5)
+    widest = Kernel(base.name, tuple(base.bandwidth_array * factors.max()), base.rule)
+    grid = outcome_grid(Y, widest, size=_ISE_GRID)
+    bins = _Bins(Y[:, 0], float(base.bandwidth_array[0] * factors.min()))
+    held = {}
+    for arm in (1, 0):
+        for k, fold in enumerate(folds):
+            rows0 = fold.nuisance[A[fold.nuisance] == arm]
+            if rows0.size:
+                held[(k, arm)] = (rows0.size, np.sort(rng.choice(rows0, size=min(_ISE_UNITS, rows0.size),
+                                                                 replace=False)))
+
+    def masses(k):
+        return _proxy_fold(mode=mode, design=design, Xo=Xo, fold=folds[k], k=k, scores=scores, kernels=kernels,
+                           lam0=lam0, lam1=lam1, held={arm: held[(k, arm)][1] for arm in (1, 0) if (k, arm) in held},
+                           bins=bins, seed=seed)
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        fitted = {(k, arm): value for k, per_arm in enumerate(_parallel(masses, list(range(len(folds))), n_threads))
+                  for arm, value in per_arm.items()}
+        on_grid_kernels = [_backend.gram(bins.centers, grid[:, None], base.name, base.bandwidth_array * f,
+                                         normalized=True, n_threads=n_threads) for f in factors]
+        out, curves = {}, []
+        for arm in (1, 0):
+            total = np.zeros(len(factors))
+            for k, fold in enumerate(folds):
+                if (k, arm) not in held:
+                    continue
+                size, chosen = held[(k, arm)]
+                mass, own = fitted[(k, arm)]
+                p_arm = scores[chosen] if arm == 1 else 1.0 - scores[chosen]
+                omega = 1.0 / p_arm if weighted else np.ones(len(chosen))
+                scale = size / chosen.size / len(fold.nuisance) / len(folds)
+                left, w = bins.locate(Y[chosen, 0])
+                cols = np.arange(len(chosen))
+                for i, f in enumerate(factors):
+                    on_grid = mass.T @ on_grid_kernels[i]
+                    square = np.trapezoid(on_grid**2, grid, axis=1)
+                    k_y = _backend.gram(bins.centers, Y[chosen], base.name, base.bandwidth_array * f,
+                                        normalized=True, n_threads=n_threads)
+                    # The unit's own outcome (an atom of μ̂₀) left out of its evaluation, as its binned share.
+                    own_share = (1.0 - w) * k_y[left, cols] + w * k_y[left + 1, cols]
+                    at_y = np.einsum("bj,bj->j", mass, k_y) - own * own_share
+                    total[i] += scale * np.sum(omega * (square - 2.0 * at_y))
+            best = _best(total)
+            out[arm] = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
+                              f"{base.rule} x {factors[best]:g}, weighted ISE-CV")
+            curves.append(TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
+                                      base.bandwidth_array[0] * factors[best], arm, None))
+    return out, curves
+
+
+# ---------------------------------------------------------------------------
 # outcome bandwidth by weighted least-squares cross-validation
 # ---------------------------------------------------------------------------
 def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, factors, seed, n_threads=0,
@@ -946,10 +1399,13 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
         report.notes.append("the outcome bandwidth is tuned for a one-dimensional outcome only; the rule was kept")
         return embeddings
     started = time.perf_counter()
-    chosen, curves = tune_outcome_bandwidth(
-        embeddings=embeddings, design=data.design, folds=folds, scores=data.scores, base=embeddings[1].y_kernel,
-        factors=grids["y_bandwidth"], seed=seed, n_threads=data.n_threads, weighted=data.mode != "onestep",
-    )
+    if report.pending_readout is not None:  # chosen by tune_ridge on the fit's Nyström proxy
+        (chosen, curves), report.pending_readout = report.pending_readout, None
+    else:
+        chosen, curves = tune_outcome_bandwidth(
+            embeddings=embeddings, design=data.design, folds=folds, scores=data.scores, base=embeddings[1].y_kernel,
+            factors=grids["y_bandwidth"], seed=seed, n_threads=data.n_threads, weighted=data.mode != "onestep",
+        )
     report.curves.extend(curves)
     report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
     note_edges(report)
