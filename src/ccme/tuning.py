@@ -17,16 +17,17 @@
   grid grows downwards by a decade, at most twice, while a stage's optimum
   sits at its smallest value.  A rate, not λ as chosen on the subsample: the
   leave-one-out minimiser λ* falls faster than 1/m (the total penalty mλ* falls
-  too).  Measured by ``benchmarks/tuning_speed.py --rates`` (the slope of log
-  λ* against log m, λ* on a fine grid): at n = 20000 on the paper's simulation
-  and the zoo's mixture_v3, hetero_v2 and sparse_v10, m from 500 to 10000,
-  1.15–1.55 in stage 1 and 1.07–1.43 in stage 2; on the paper's simulation at
-  n = 80000, 1.7–1.9 in stage 1 (m to 29000) and 1.2 in stage 2 (m to 40000).
-  Keeping λ as chosen on 1500 units would over-penalise a fold of 7500 units
-  about tenfold; the rate puts the full fold's minimiser within ±0.15 decades
-  (a third of the grid's step) in these cases at n = 20000, and stage 1's up to
-  0.3 decades too high at m ≈ 3·10⁴ (more beyond: a fit at n ≫ 10⁵ may
-  re-choose λ on its own low-rank features).  The first stage μ̂₀ inside the
+  too).  Measured by ``benchmarks/tuning_speed.py --rates`` (the least-squares
+  slope of log λ* against log m, λ* on a fine grid, m from 500 to a whole
+  fold): at n = 20000 on the paper's simulation and the zoo's mixture_v3,
+  hetero_v2 and sparse_v10, 1.31–1.62 (mean 1.48) in stage 1 and 0.98–1.34
+  (mean 1.16) in stage 2; a one-off run on the paper's simulation at
+  n = 80000 gave 1.7–1.9 in stage 1 (m to 29000) and 1.2 in stage 2 (m to
+  40000).  Keeping λ as chosen on 1500 units would over-penalise a fold of
+  7500 units about tenfold; the rate puts the full fold's minimiser within
+  ±0.15 decades (a third of the grid's step) in these cases at n = 20000, and
+  stage 1's up to 0.3 decades too high at m ≈ 3·10⁴ (more beyond: a fit at
+  n ≫ 10⁵ may re-choose λ on its own low-rank features).  The first stage μ̂₀ inside the
   stage-2 pseudo-outcomes is fitted on all of the arm's nuisance units: through
   the kernel's spectrum up to LAMBDA_UNITS units, beyond by the Nyström kernel
   ridge regression on at most :data:`NYSTROM_RANK` centres
@@ -362,8 +363,9 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
 #: carried to the regression's size by :data:`LAMBDA_RATE`.
 LAMBDA_UNITS = 1500
 #: Exponent α of the penalty's transfer from a subsample of s units to the regression's m units in the convention
-#: K + mλI: λ_m = λ_s (s/m)^α.  Measured on the paper's simulation and three cases of the accuracy zoo (the slope of
-#: log λ* against log m of the leave-one-out minimiser, m from 500 to 30000; ``benchmarks/tuning_speed.py --rates``).
+#: K + mλI: λ_m = λ_s (s/m)^α.  The mean slope of log λ* against log m of the leave-one-out minimiser on the paper's
+#: simulation and three cases of the accuracy zoo at n = 20000 (``benchmarks/tuning_speed.py --rates``: stage 1
+#: 1.31–1.62, stage 2 0.98–1.34; the module docstring).
 LAMBDA_RATE = {"X": 1.5, "V": 1.2}
 #: Rank (number of Nyström centres) at most of the kernel approximations beyond the penalty subsamples: the first
 #: stage μ̂₀ of the stage-2 pseudo-outcomes when its regression is larger than LAMBDA_UNITS, and the read-out proxy.
