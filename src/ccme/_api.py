@@ -25,6 +25,7 @@ from .propensity import clip_scores, make_propensity, overlap_diagnostics, resol
 from .propensity_selection import calibration_report
 from .pseudo import MODES, check_mode, hajek_scores, uses_propensity
 from .result import CCMEResult
+from .sampling_weights import resolve_weights, weighted_options
 from .tuning import TuningReport, resolve_tune, tune_readout
 
 __all__ = ["fit", "METHODS", "MODES", "RIDGE_DEFAULTS"]
@@ -46,6 +47,7 @@ def fit(
     clip="auto",
     trim: float = 0.0,
     normalize_weights: bool = False,
+    weights=None,
     treated=None,
     na_action: str = "raise",
     propensity_covariates=None,
@@ -161,6 +163,22 @@ def fit(
         0.39); in an earlier run it helped only where the weights were not
         otherwise controlled (the single best learner, almost unclipped: 0.50
         against 0.54; the logistic model with clip 0.01: 0.66 against 0.72).
+        With sampling weights the means are weighted.
+    weights : str, array or None, default None
+        Sampling (survey) weights: a column name of ``data`` or one value per
+        row of ``data`` (rows dropped by ``na_action="drop"`` drop their
+        weight).  The estimand becomes the weighted population's p(Y^a | V):
+        the propensity is fitted with ``sample_weight=`` (a classifier whose
+        fit does not take it raises a ParameterError; known scores are used
+        as given), and both ridge regressions are weighted,
+        min Σ_i w_i ‖ξ_i − f(V_i)‖² + λ Σ_i w_i ‖f‖², on the low-rank path
+        (:mod:`ccme.estimators.lowrank`; ``approx="auto"`` takes it at any n,
+        ``approx="exact"`` raises a ParameterError), as are the bands, tests
+        and effect intervals built on it.  Only ``method="ridge"`` with the
+        kernel first stage takes them.  Weights that are all equal give
+        exactly, bit for bit, the fit without weights.  Validated and
+        normalised to mean 1 by :func:`ccme.sampling_weights.resolve_weights`;
+        kept as ``res.sampling_weights`` and saved with the result.
     treated : optional, default None
         The level of the treatment column that counts as A = 1 (needed for a
         two-level column that is not 0/1 or boolean).
@@ -252,7 +270,8 @@ def fit(
         A formula that cannot be parsed, or names columns the data lack.
     DataError
         Missing or non-finite values (with ``na_action="raise"``), a treatment
-        that is not binary, too few units in an arm or a fold.
+        that is not binary, too few units in an arm or a fold; negative, NaN,
+        infinite or all-zero sampling weights.
     ParameterError
         An unknown method, mode or hyperparameter, or a value out of range.
     PositivityError
@@ -272,7 +291,7 @@ def fit(
     """
     started = time.perf_counter()
     call = _describe_call(formula, method, mode, folds, propensity, seed,
-                          dict(hyperparameters, n_rep=n_rep) if n_rep != 1 else hyperparameters)
+                          dict(hyperparameters, n_rep=n_rep) if n_rep != 1 else hyperparameters, weights)
     # validate: every argument before any work
     estimator = get_estimator(method)
     if client is not None or partitions is not None:
@@ -298,6 +317,10 @@ def fit(
     # design and folds
     design = build_design(parse_formula(formula, getattr(data, "columns", [])), data, treated=treated,
                           na_action=na_action)
+    sampling = resolve_weights(weights, data, design.data_rows)
+    sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
+    if sw is not None:
+        options = weighted_options(method, options, distributed=client is not None or partitions is not None)
     fold_list = make_folds(design.n, folds, rng)
     _check_arm_sizes(design.A)
     check_fold_arms(design.A, fold_list, mode)
@@ -313,17 +336,18 @@ def fit(
                                  + (f" x {n_rep} repetitions)" if n_rep > 1 else ")"))
 
     # propensity: cross-fitted scores, overlap diagnostics, clipping and trimming
-    prop_model = make_propensity(propensity, design.n, rng.integers(2**31 - 1))
+    prop_model = make_propensity(propensity, design.n, rng.integers(2**31 - 1), weighted=sw is not None)
     prop_started = time.perf_counter()
     selections = []
-    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list, selections=selections)
+    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list, selections=selections,
+                              sample_weight=sw)
     prop_seconds = time.perf_counter() - prop_started
     clip, clip_rule = resolve_clip(clip, scores, design.A, trim=trim)
     report = calibration_report(prop_model.key, scores, design.A, [s for s in selections if s is not None])
     overlap = overlap_diagnostics(scores, design.A, clip, warn=uses_propensity(mode), trim=trim, clip_rule=clip_rule,
-                                  report=report, normalized=bool(normalize_weights))
+                                  report=report, normalized=bool(normalize_weights), sampling_weights=sw)
     weighting = dict(design=design, mode=mode, trim=trim, normalize_weights=normalize_weights, Xo=Xo,
-                     n_threads=n_threads)
+                     n_threads=n_threads, sampling_weights=sw)
     fold_list, crossfit_data = _second_stage_data(scores, fold_list, overlap.kept, clip=clip, **weighting)
 
     # tune, then cross-fit
@@ -355,18 +379,20 @@ def fit(
         estimator=estimator, options=options, params=tuned.params, propensity=prop_model.name,
         propensity_columns=tuple(design.x_names[i] for i in prop_cols),
         outcome_columns=tuple(design.x_names[i] for i in out_cols), overlap=overlap, embeddings=embeddings,
-        timing=timing, clip=clip, tuning=tuned.report,
+        timing=timing, clip=clip, tuning=tuned.report, sampling_weights=sampling,
     )
 
 
-def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, normalize_weights, Xo, n_threads):
+def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, normalize_weights, Xo, n_threads,
+                       sampling_weights):
     """The folds without the trimmed units, and the CrossFitData of the clipped (Hájek-normalised) scores."""
     if kept is not None:
         fold_list = trim_folds(fold_list, kept, design.A, mode, trim)
     weights_from = clip_scores(scores, clip)
     if normalize_weights:
-        weights_from = hajek_scores(weights_from, design.A, fold_list)
-    return fold_list, CrossFitData(mode=mode, design=design, Xo=Xo, scores=weights_from, n_threads=n_threads)
+        weights_from = hajek_scores(weights_from, design.A, fold_list, sampling_weights)
+    return fold_list, CrossFitData(mode=mode, design=design, Xo=Xo, scores=weights_from, n_threads=n_threads,
+                                   sampling_weights=sampling_weights)
 
 
 def _repetition(seed, r: int, *, folds, prop_model, prop_cols, clip, estimator, params, weighting: dict) -> dict:
@@ -379,7 +405,8 @@ def _repetition(seed, r: int, *, folds, prop_model, prop_cols, clip, estimator, 
     design, trim = weighting["design"], weighting["trim"]
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(r)]))
     fold_list = make_folds(design.n, folds, rng)
-    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list)
+    scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list,
+                              sample_weight=weighting["sampling_weights"])
     clip, _ = resolve_clip(clip, scores, design.A, trim=trim)
     kept = overlap_diagnostics(scores, design.A, clip, warn=False, trim=trim).kept
     fold_list, data = _second_stage_data(scores, fold_list, kept, clip=clip, **weighting)
@@ -401,7 +428,7 @@ def _covariate_columns(design, variables) -> np.ndarray:
     return design.columns_of(variables) if variables is not None else np.arange(design.X.shape[1])
 
 
-def _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters) -> str:
+def _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters, weights=None) -> str:
     parts = [repr(formula), "data", f"method={method!r}", f"mode={mode!r}", f"folds={folds!r}"]
     if isinstance(propensity, str):
         parts.append(f"propensity={propensity!r}")
@@ -409,6 +436,8 @@ def _describe_call(formula, method, mode, folds, propensity, seed, hyperparamete
         parts.append(f"propensity=<{type(propensity).__name__}>")
     if seed is not None:
         parts.append(f"seed={seed!r}")
+    if weights is not None:
+        parts.append(f"weights={weights!r}" if isinstance(weights, str) else "weights=<array>")
     for key, value in hyperparameters.items():
         parts.append(f"{key}={value!r}")
     return "ccme.fit(" + ", ".join(parts) + ")"

@@ -141,10 +141,15 @@ def iterated_tikhonov(part: LinearSecondStage, beta: np.ndarray, order: int, n_t
     For a kernel ridge second stage (I − H)β = s (K_V + sI)⁻¹ β, for ridge in
     learned features likewise in M dimensions: :meth:`residual_features`
     applies it, so any :class:`LinearSecondStage` gets the correction.
+
+    The estimate is βᵀ Σ_j (I − H)^j ξ̂ = (Σ_j (I − Hᵀ)^j β)ᵀ ξ̂, so the step on
+    β is by the transpose, :meth:`LinearSecondStage.adjoint_residuals`; it is
+    :meth:`residual_features` for a symmetric H, and differs for the
+    sampling-weighted ridge, whose H = Φ G⁻¹ ΦᵀW is not symmetric.
     """
     total, term = beta, beta
     for _ in range(order - 1):
-        term = part.residual_features(term, n_threads)
+        term = part.adjoint_residuals(term, n_threads)
         total = total + term
     return total
 

@@ -130,7 +130,8 @@ def trim_folds(fold_list, kept, A, mode, trim) -> list[Fold]:
     return out
 
 
-def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list, *, selections: list | None = None) -> np.ndarray:
+def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list, *, selections: list | None = None,
+                     sample_weight: np.ndarray | None = None) -> np.ndarray:
     """π̂(X_i) for every unit from the propensity model fitted on the folds that leave it out.
 
     Parameters
@@ -144,6 +145,8 @@ def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list, *, selecti
         Receives, per fold, what the model's fit reports (``propensity="auto"``:
         its :class:`ccme.propensity_selection.FoldSelection`, made on the
         fold's nuisance part only; otherwise None).
+    sample_weight : ndarray (n,) or None
+        Sampling weights: each fold's model is fitted with its nuisance units' weights.
 
     Returns
     -------
@@ -152,8 +155,9 @@ def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list, *, selecti
     """
     scores = np.empty(len(A))
     for fold in fold_list:
+        weights = None if sample_weight is None else sample_weight[fold.nuisance]
         scores[fold.target], selection = model.fit_predict_report(Xp[fold.nuisance], A[fold.nuisance],
-                                                                  Xp[fold.target], fold.target)
+                                                                  Xp[fold.target], fold.target, weights)
         if selections is not None:
             selections.append(selection)
     return scores

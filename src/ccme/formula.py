@@ -192,6 +192,9 @@ class Design:
     #: Per column of X: "numeric", "categorical" (an indicator of one level), "ordered" (a cumulative indicator of
     #: an ordered factor) or "binary" (a boolean column); set by build_design (None for a loaded design).
     x_kinds: tuple | None = field(default=None, repr=False, compare=False)
+    #: Positions in ``data`` of the design's rows (those ``na_action="drop"`` kept); set by build_design (None
+    #: for a loaded design).  Aligns what is given per row of ``data`` (``fit(weights=)``) to the design.
+    data_rows: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     #: At most this many profiles when V is purely categorical (one per combination of levels).
     MAX_LEVEL_PROFILES = 10
@@ -672,7 +675,12 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
         raise FormulaError(f"the outcome's column(s) {sorted(overlap)} also appear on the right-hand side")
 
     all_vars = [c for c in columns if c in (y_vars | v_vars | x3_vars | {formula.treatment})]
+    # The positions of the rows kept, for what is aligned to `data`'s rows (fit's sampling weights): the
+    # frame is indexed by position while rows are dropped, then given back its own index.
+    labels, frame.index = frame.index, pd.RangeIndex(len(frame))
     frame, n_dropped = _check_finite(frame, all_vars, na_action)
+    data_rows = frame.index.to_numpy(dtype=np.intp)
+    frame.index = labels[data_rows]
     if len(frame) == 0:
         raise DataError("no rows are left after dropping missing values")
 
@@ -708,6 +716,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
             raise DataError("no rows are left after dropping the rows whose transformed values are missing or infinite")
         Y, V, X, a = Y[keep_rows], V[keep_rows], X[keep_rows], a[keep_rows]
         frame = frame.iloc[np.flatnonzero(keep_rows)]
+        data_rows = data_rows[keep_rows]
         n_dropped += dropped
     _check_magnitude(Y, tuple(str(c) for c in y_mm.columns), "outcome")
     _check_magnitude(X, tuple(x_names), "covariates")
@@ -729,6 +738,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
         _v_spec=v_mm.model_spec,
         _x3_spec=x3_spec,
         x_kinds=tuple(x_kinds),
+        data_rows=data_rows,
     )
 
 

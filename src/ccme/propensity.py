@@ -31,12 +31,17 @@ class PropensityModel:
     known: np.ndarray | None = None
     key: str = ""
 
-    def fit_predict(self, X_train, A_train, X_test, rows_test) -> np.ndarray:
-        """Fit on (X_train, A_train) and return P(A = 1) at X_test."""
-        return self.fit_predict_report(X_train, A_train, X_test, rows_test)[0]
+    def fit_predict(self, X_train, A_train, X_test, rows_test, sample_weight=None) -> np.ndarray:
+        """Fit on (X_train, A_train) (weighted by ``sample_weight``, if given) and return P(A = 1) at X_test."""
+        return self.fit_predict_report(X_train, A_train, X_test, rows_test, sample_weight)[0]
 
-    def fit_predict_report(self, X_train, A_train, X_test, rows_test):
-        """:meth:`fit_predict` and what the fit reports: the ``"auto"`` selection (a FoldSelection) or None."""
+    def fit_predict_report(self, X_train, A_train, X_test, rows_test, sample_weight=None):
+        """:meth:`fit_predict` and what the fit reports: the ``"auto"`` selection (a FoldSelection) or None.
+
+        ``sample_weight``: the training units' sampling weights, passed to the
+        learner's fit (``sample_weight=``; per step of a Pipeline); known
+        scores ignore them.
+        """
         if self.known is not None:
             return self.known[rows_test], None
         from sklearn.base import clone
@@ -48,7 +53,7 @@ class PropensityModel:
         # named learners run on one thread (see propensity_selection._quiet_fit);
         # a user's classifier keeps its own threading.
         named = self.key in PROPENSITY_NAMES
-        model = _quiet_fit(clone(self.learner), X_train, A_train, one_thread=named)
+        model = _quiet_fit(clone(self.learner), X_train, A_train, one_thread=named, sample_weight=sample_weight)
         selection = model.selection_ if isinstance(model, AutoPropensity) else None
         return _proba1(model, X_test, one_thread=named), selection
 
@@ -58,9 +63,19 @@ PROPENSITY_NAMES = ("auto", "logistic", "logistic_cv", "boosting", "forest")
 _PROPENSITY_CHOICES = "'auto', 'logistic', 'logistic_cv', 'boosting', 'forest', a scikit-learn classifier or an array of scores"
 
 
-def make_propensity(spec, n: int, seed) -> PropensityModel:
-    """Interpret ``propensity=``: a name of :data:`PROPENSITY_NAMES`, a classifier, or known scores."""
-    from .propensity_selection import FOREST_ROWS, LEARNERS, make_learner
+def make_propensity(spec, n: int, seed, *, weighted: bool = False) -> PropensityModel:
+    """Interpret ``propensity=``: a name of :data:`PROPENSITY_NAMES`, a classifier, or known scores.
+
+    ``weighted``: the fit has sampling weights, which a classifier's ``fit``
+    must accept as ``sample_weight`` (every named learner does).
+
+    Raises
+    ------
+    ParameterError
+        An unknown name, scores of the wrong shape or range, or (``weighted``)
+        a classifier whose ``fit`` takes no ``sample_weight``.
+    """
+    from .propensity_selection import FOREST_ROWS, LEARNERS, accepts_weights, make_learner
 
     if isinstance(spec, str):
         if spec not in PROPENSITY_NAMES:
@@ -72,6 +87,11 @@ def make_propensity(spec, n: int, seed) -> PropensityModel:
             name = f"random forest (100 trees, max_depth 4, each tree on a draw of about {FOREST_ROWS} rows)"
         return PropensityModel(name, make_learner(spec, seed, n=n), key=spec)
     if hasattr(spec, "fit") and hasattr(spec, "predict_proba"):
+        if weighted and not accepts_weights(spec):
+            raise ParameterError(
+                f"the propensity classifier {type(spec).__name__} cannot be fitted with sampling weights: its fit "
+                "takes no `sample_weight`; use one that does (e.g. propensity='forest' or 'logistic'), or pass "
+                "known scores")
         return PropensityModel(type(spec).__name__, spec, key=type(spec).__name__)
     try:
         scores = np.asarray(spec, dtype=np.float64)
@@ -241,8 +261,12 @@ def dominant_unit(scores: np.ndarray, A: np.ndarray, kept: np.ndarray) -> bool:
 
 
 def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn: bool = True,
-                        trim: float = 0.0, clip_rule: str = "given", report=None, normalized: bool = False) -> Overlap:
+                        trim: float = 0.0, clip_rule: str = "given", report=None, normalized: bool = False,
+                        sampling_weights: np.ndarray | None = None) -> Overlap:
     """Trimming and clipping counts and the effective sample size (Σw)²/Σw² of each arm's weights.
+
+    With sampling weights s_i (``fit(weights=)``) a unit's weight in its arm
+    is s_i/π̂_a(X_i), and the effective sample size is Kish's of those products.
 
     Trimming and clipping (see ``ccme.fit``): units whose score lies outside
     [trim, 1 − trim] are dropped from the second stage; the scores of the units
@@ -268,6 +292,8 @@ def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn:
     for arm in (1, 0):
         in_arm = (A == arm) & kept
         w = 1.0 / (clipped[in_arm] if arm == 1 else 1.0 - clipped[in_arm])
+        if sampling_weights is not None:
+            w = sampling_weights[in_arm] * w
         ess[arm] = float(w.sum() ** 2 / np.sum(w**2)) if w.size else 0.0
         n_arm[arm] = int(in_arm.sum())
     treated_scores = scores[A == 1]

@@ -97,11 +97,18 @@ _LOSS_EPS = 1e-15
 RELIABILITY_BINS = 10
 
 
-def log_loss(A, p) -> float:
-    """Mean negative log-likelihood −mean(A log p + (1 − A) log(1 − p)), p bounded to [1e-15, 1 − 1e-15]."""
+def log_loss(A, p, sample_weight=None) -> float:
+    """Mean negative log-likelihood −mean(A log p + (1 − A) log(1 − p)), p bounded to [1e-15, 1 − 1e-15].
+
+    With ``sample_weight`` w the weighted mean −Σ w_i ℓ_i / Σ w_i (the
+    population's log-loss under sampling weights).
+    """
     A = np.asarray(A, dtype=np.float64)
     p = np.clip(np.asarray(p, dtype=np.float64), _LOSS_EPS, 1.0 - _LOSS_EPS)
-    return float(-np.mean(A * np.log(p) + (1.0 - A) * np.log1p(-p)))
+    terms = A * np.log(p) + (1.0 - A) * np.log1p(-p)
+    if sample_weight is None:
+        return float(-np.mean(terms))
+    return float(-np.average(terms, weights=sample_weight))
 
 
 def _int_seed(seed) -> int | None:
@@ -164,7 +171,35 @@ def _lrcv_keywords() -> dict:
     return out
 
 
-def _quiet_fit(model, X, y, *, one_thread: bool = True):
+def weight_keywords(model, sample_weight) -> dict:
+    """The keywords passing sampling weights to ``model.fit``: ``sample_weight=``, or per step of a Pipeline.
+
+    A Pipeline's fit takes ``<step>__sample_weight`` for each step whose fit
+    accepts it (the scaler then standardises by the weighted moments).
+    Empty without weights.
+    """
+    if sample_weight is None:
+        return {}
+    from sklearn.pipeline import Pipeline
+    from sklearn.utils.validation import has_fit_parameter
+
+    if isinstance(model, Pipeline):
+        return {f"{name}__sample_weight": sample_weight for name, step in model.steps
+                if step not in (None, "passthrough") and has_fit_parameter(step, "sample_weight")}
+    return {"sample_weight": sample_weight}
+
+
+def accepts_weights(model) -> bool:
+    """Whether ``model.fit`` takes ``sample_weight`` (for a Pipeline: its final step's fit)."""
+    from sklearn.pipeline import Pipeline
+    from sklearn.utils.validation import has_fit_parameter
+
+    if isinstance(model, Pipeline):
+        model = model.steps[-1][1]
+    return has_fit_parameter(model, "sample_weight")
+
+
+def _quiet_fit(model, X, y, *, one_thread: bool = True, sample_weight=None):
     """Fit on one BLAS/OpenMP thread, silencing the convergence warnings of a logistic fit on separable data.
 
     Such a fit shows as extreme scores, which the positivity check and the
@@ -180,7 +215,7 @@ def _quiet_fit(model, X, y, *, one_thread: bool = True):
         warnings.filterwarnings("ignore", category=ConvergenceWarning)
         warnings.filterwarnings("ignore", message=".*did not converge.*")
         warnings.filterwarnings("ignore", message=".*lbfgs failed.*")
-        model.fit(X, y)
+        model.fit(X, y, **weight_keywords(model, sample_weight))
     return model
 
 
@@ -246,7 +281,7 @@ class BoostingPropensity(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.min_samples_leaf = min_samples_leaf
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         y = np.asarray(y)
@@ -260,7 +295,7 @@ class BoostingPropensity(ClassifierMixin, BaseEstimator):
         else:
             model = HistGradientBoostingClassifier(learning_rate=0.05, max_iter=50, early_stopping=False, **common)
         with _one_thread():
-            self.model_ = model.fit(X, y)
+            self.model_ = model.fit(X, y, **weight_keywords(model, sample_weight))
         self.classes_ = self.model_.classes_
         return self
 
@@ -381,7 +416,14 @@ class AutoPropensity(ClassifierMixin, BaseEstimator):
         self.cv = cv
         self.random_state = random_state
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
+        """Cross-validate the candidates and fit the combination; ``sample_weight`` weights every step.
+
+        With sampling weights the candidates are fitted with them, and their
+        out-of-fold log-losses and the stack's weights are the weighted
+        log-losses (:func:`log_loss`), so that the combination minimises the
+        population's log-loss.
+        """
         from sklearn.model_selection import StratifiedKFold
 
         if self.combine not in ("select", "stack"):
@@ -396,6 +438,8 @@ class AutoPropensity(ClassifierMixin, BaseEstimator):
         seeds = [int(s) for s in rng.integers(2**31 - 1, size=len(names) + 1)]
         rows = _stratified_subsample(y, int(self.max_units), rng) if len(self.classes_) == 2 else np.arange(len(y))
         Xs, ys = X[rows], y[rows]
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        ws = None if w is None else w[rows]
         smaller = int(np.unique(ys, return_counts=True)[1].min()) if len(self.classes_) == 2 else 0
         k = int(min(self.cv, smaller))
         fitted, splits, oof = {}, [], np.empty((len(ys), 0))
@@ -404,20 +448,21 @@ class AutoPropensity(ClassifierMixin, BaseEstimator):
             splits = list(StratifiedKFold(k, shuffle=True, random_state=seeds[-1]).split(Xs, ys))
             oof = np.empty((len(ys), len(names)))
             for j, (name, seed) in enumerate(zip(names, seeds)):
-                oof[:, j], fitted[name] = _cv_predictions(name, seed, Xs, ys, splits, whole=len(rows) == len(y))
-            losses = tuple(log_loss(A, oof[:, j]) for j in range(len(names)))
+                oof[:, j], fitted[name] = _cv_predictions(name, seed, Xs, ys, splits, whole=len(rows) == len(y),
+                                                          sample_weight=ws)
+            losses = tuple(log_loss(A, oof[:, j], ws) for j in range(len(names)))
             if self.combine == "select":
                 weights = np.zeros(len(names))
                 weights[int(np.argmin(losses))] = 1.0
             else:
-                weights = _stack_weights(A, oof)
-            combined = log_loss(A, oof @ weights)
+                weights = _stack_weights(A, oof, ws)
+            combined = log_loss(A, oof @ weights, ws)
         else:  # fewer than two units of a class: no cross-validation; keep the first candidate
             losses = tuple(np.nan for _ in names)
             weights = np.eye(len(names))[0]
             combined = np.nan
-        self.models_ = [(float(w), fitted.get(name) or _quiet_fit(make_learner(name, seed), X, y))
-                        for w, name, seed in zip(weights, names, seeds) if w > 0]
+        self.models_ = [(float(c), fitted.get(name) or _quiet_fit(make_learner(name, seed), X, y, sample_weight=w))
+                        for c, name, seed in zip(weights, names, seeds) if c > 0]
         self.selection_ = FoldSelection(names, losses, tuple(float(w) for w in weights), len(rows), len(y), max(k, 0),
                                         self.combine, float(combined))
         self.cv_rows_, self.cv_splits_, self.cv_predictions_ = rows, splits, oof
@@ -434,7 +479,7 @@ class AutoPropensity(ClassifierMixin, BaseEstimator):
         return self.classes_[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
 
 
-def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool):
+def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool, sample_weight=None):
     """Out-of-fold P(A = 1) of a candidate on the selection's folds, and the final model when it comes free.
 
     Every candidate is scored on the same folds.  Boosting (and the
@@ -447,8 +492,14 @@ def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool):
     third of its trees (34, 33, 33 for three folds), which costs what one
     100-tree forest costs; its CV log-loss therefore describes a forest of
     about 33 trees, whose probabilities are slightly noisier than the
-    100-tree forest's.
+    100-tree forest's.  ``sample_weight`` weights every fit (the penalty path
+    of ``logistic_cv`` is scored by scikit-learn's unweighted CV log-loss).
     """
+    w = sample_weight
+
+    def part(rows):
+        return None if w is None else w[rows]
+
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -458,11 +509,11 @@ def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool):
     if name == "logistic_cv":
         path = make_learner("logistic_cv", seed)
         path.steps[-1][1].set_params(cv=splits)
-        _quiet_fit(path, X, y)
+        _quiet_fit(path, X, y, sample_weight=w)
         C = float(np.ravel(path.steps[-1][1].C_)[0])
         for train, test in splits:
             model = make_pipeline(StandardScaler(), LogisticRegression(C=C, solver="newton-cholesky", max_iter=100))
-            out[test] = _proba1(_quiet_fit(model, X[train], y[train]), X[test])
+            out[test] = _proba1(_quiet_fit(model, X[train], y[train], sample_weight=part(train)), X[test])
         final = path if whole else None
     elif name == "forest":
         from sklearn.ensemble import RandomForestClassifier
@@ -471,10 +522,11 @@ def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool):
         rs = np.random.default_rng(seed).integers(2**31 - 1, size=len(splits))
         for (train, test), t, r in zip(splits, trees, rs):
             model = RandomForestClassifier(n_estimators=int(t), max_depth=4, random_state=int(r))
-            out[test] = _proba1(_quiet_fit(model, X[train], y[train]), X[test])
+            out[test] = _proba1(_quiet_fit(model, X[train], y[train], sample_weight=part(train)), X[test])
     else:
         for train, test in splits:
-            out[test] = _proba1(_quiet_fit(make_learner(name, seed), X[train], y[train]), X[test])
+            out[test] = _proba1(_quiet_fit(make_learner(name, seed), X[train], y[train], sample_weight=part(train)),
+                                X[test])
     return out, final
 
 
@@ -491,20 +543,27 @@ def _stratified_subsample(y, max_units: int, rng) -> np.ndarray:
     return np.sort(np.concatenate(out))
 
 
-def _stack_weights(A, P) -> np.ndarray:
-    """The weights w ≥ 0, Σw = 1, minimising the log-loss of P @ w (convex in w; SLSQP from equal weights)."""
+def _stack_weights(A, P, sample_weight=None) -> np.ndarray:
+    """The weights w ≥ 0, Σw = 1, minimising the log-loss of P @ w (convex in w; SLSQP from equal weights).
+
+    With ``sample_weight`` s the weighted log-loss −Σ s_i ℓ_i / Σ s_i.
+    """
     from scipy.optimize import minimize
 
     P = np.clip(P, _LOSS_EPS, 1.0 - _LOSS_EPS)
     k = P.shape[1]
+    # unit i's share of the mean: 1/n unweighted (the arithmetic of the unweighted fit, unchanged)
+    share = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64) / np.sum(sample_weight)
 
     def loss(w):
         p = np.clip(P @ w, _LOSS_EPS, 1.0 - _LOSS_EPS)
-        return -np.mean(A * np.log(p) + (1 - A) * np.log1p(-p))
+        terms = A * np.log(p) + (1 - A) * np.log1p(-p)
+        return -np.mean(terms) if share is None else -(share @ terms)
 
     def grad(w):
         p = np.clip(P @ w, _LOSS_EPS, 1.0 - _LOSS_EPS)
-        return -((A / p - (1 - A) / (1 - p)) @ P) / len(A)
+        r = A / p - (1 - A) / (1 - p)
+        return -(r @ P) / len(A) if share is None else -((share * r) @ P)
 
     out = minimize(loss, np.full(k, 1.0 / k), jac=grad, method="SLSQP", bounds=[(0.0, 1.0)] * k,
                    constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0}], options={"ftol": 1e-12})

@@ -101,7 +101,7 @@ class PseudoOutcome:
         return out
 
 
-def hajek_scores(scores: np.ndarray, A: np.ndarray, folds) -> np.ndarray:
+def hajek_scores(scores: np.ndarray, A: np.ndarray, folds, sample_weight: np.ndarray | None = None) -> np.ndarray:
     """Scores whose weights are Hájek-normalised per fold and arm (``fit(normalize_weights=True)``).
 
     The weight of unit i in its own arm a = A_i is ω_i = 1/π̂_a(X_i); in the
@@ -124,6 +124,10 @@ def hajek_scores(scores: np.ndarray, A: np.ndarray, folds) -> np.ndarray:
         Clipped cross-fitted π̂(X_i).
     A : ndarray (n,)
     folds : sequence of ccme.crossfit.Fold
+    sample_weight : ndarray (n,) or None
+        Sampling weights s: the mean is then the weighted one,
+        c_{k,a} = Σ_{j ∈ D1_k} s_j 1{A_j = a}/π̂_a(X_j) / Σ_{j ∈ D1_k} s_j, the
+        weighted second stage's average of the weights.
 
     Returns
     -------
@@ -137,7 +141,10 @@ def hajek_scores(scores: np.ndarray, A: np.ndarray, folds) -> np.ndarray:
             if rows.size == 0:
                 continue
             p_arm = scores[rows] if arm == 1 else 1.0 - scores[rows]
-            c = np.sum(1.0 / p_arm) / len(target)
+            if sample_weight is None:
+                c = np.sum(1.0 / p_arm) / len(target)
+            else:
+                c = np.sum(sample_weight[rows] / p_arm) / np.sum(sample_weight[target])
             out[rows] = scores[rows] * c if arm == 1 else 1.0 - (1.0 - scores[rows]) * c
     return out
 

@@ -69,6 +69,9 @@ class CCMEResult:
     clip : float
     tuning : ccme.tuning.TuningReport
         What the automatic tuning chose, its criterion curves and its time.
+    sampling_weights : ccme.sampling_weights.SamplingWeights or None
+        The sampling weights of ``fit(weights=)`` on the design's rows
+        (normalised to mean 1), or None for a fit without them.
     """
 
     call: str
@@ -88,6 +91,7 @@ class CCMEResult:
     timing: Mapping
     clip: float
     tuning: object = None
+    sampling_weights: object = None
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
@@ -1546,7 +1550,8 @@ class CCMEResult:
 
     # -- serialisation --------------------------------------------------------
     STATE_SCHEMA = "ccme.CCMEResult"
-    STATE_VERSION = 1
+    #: Version 2 added ``sampling_weights`` (None without); version 1 is read as a fit without them.
+    STATE_VERSION = 2
     _SCALARS = ("call", "method", "mode", "seed", "propensity", "clip")
 
     def to_state(self) -> dict:
@@ -1573,7 +1578,7 @@ class CCMEResult:
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> state = res.to_state()
         >>> state["schema"], state["version"]
-        ('ccme.CCMEResult', 1)
+        ('ccme.CCMEResult', 2)
         """
         from .estimators.base import value_state
         from .io import make_state
@@ -1590,6 +1595,7 @@ class CCMEResult:
             overlap=self.overlap.to_state(), embeddings=embeddings,
             timing={k: float(v) for k, v in self.timing.items()},
             tuning=None if self.tuning is None else self.tuning.to_state(),
+            sampling_weights=None if self.sampling_weights is None else self.sampling_weights.to_state(),
         )
 
     @classmethod
@@ -1627,10 +1633,18 @@ class CCMEResult:
         from .propensity import Overlap
         from .tuning import TuningReport
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
-                     keys=(*cls._SCALARS, "design", "folds", "options", "params", "propensity_columns",
-                           "outcome_columns", "overlap", "embeddings", "timing", "tuning"))
+        from .sampling_weights import SamplingWeights
+
+        keys = (*cls._SCALARS, "design", "folds", "options", "params", "propensity_columns", "outcome_columns",
+                "overlap", "embeddings", "timing", "tuning")
+        version = check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION),
+                               keys=keys if isinstance(state, dict) and state.get("version") == 1
+                               else (*keys, "sampling_weights"))
+        stored_weights = None if version == 1 else state["sampling_weights"]
+        sampling = None if stored_weights is None else SamplingWeights.from_state(stored_weights)
         design = Design.from_state(state["design"])
+        if sampling is not None and len(sampling.values) != design.n:
+            raise FormatError("the stored sampling weights do not have one value per unit of the design")
         params = Parameters.from_state(state["params"])
         estimator = get_estimator(state["method"])
         readers = _fold_arm_readers()
@@ -1654,6 +1668,7 @@ class CCMEResult:
             propensity_columns=tuple(state["propensity_columns"]), outcome_columns=tuple(state["outcome_columns"]),
             overlap=Overlap.from_state(state["overlap"]), embeddings=embeddings, timing=dict(state["timing"]),
             clip=state["clip"], tuning=None if state["tuning"] is None else TuningReport.from_state(state["tuning"]),
+            sampling_weights=sampling,
         )
 
     def save(self, path, *, compress: bool = False):

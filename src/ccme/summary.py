@@ -60,6 +60,9 @@ class Summary:
              + (f"; {design.n_dropped} rows with missing values dropped" if design.n_dropped else "")),
             ("Cross-fitting", f"{res.n_folds} folds, seed {res.seed}"),
         ]
+        sampling = getattr(res, "sampling_weights", None)  # ccme.sampling_weights.SamplingWeights
+        if sampling is not None:
+            data_rows.append(("Weights", sampling.describe()))
         ov = res.overlap
         known = res.propensity == "known scores"
         scores = ov.scores
@@ -73,7 +76,9 @@ class Summary:
             ("Clipped", f"{ov.n_clipped} to [{res.clip:{fmt}}, {1 - res.clip:{fmt}}] ({ov.n_clipped_low} below, "
                         f"{ov.n_clipped_high} above); clip {ov.clip_rule}"),
             ("Weights", "Hajek-normalised: mean 1 per fold and arm") if ov.normalized else None,
-            ("Effective n", f"treated {ov.ess[1]:.1f} of {ov.n_arm[1]}; control {ov.ess[0]:.1f} of {ov.n_arm[0]}"),
+            ("Effective n", f"treated {ov.ess[1]:.1f} of {ov.n_arm[1]}; control {ov.ess[0]:.1f} of {ov.n_arm[0]}"
+                            + ("; Kish, sampling weight x propensity weight"
+                               if sampling is not None and sampling.active is not None else "")),
         ]
         prop_rows = [row for row in prop_rows if row is not None]
         if getattr(ov, "trim", 0.0) > 0:

@@ -95,6 +95,22 @@ the data and O(n r_Y) for the outcome features of the rows it uses, nothing
 of size n × 2000.  The choices are deterministic given ``seed`` (each
 subsample has its own seed) and the same for any thread count.
 
+**Sampling weights** (``fit(weights=)``, ``CrossFitData.sampling_weights``).
+Every regression above becomes the weighted ridge regression
+min Σ_i w_i ‖z_i − f(x_i)‖² + λ Σ_i w_i ‖f‖², whose leave-one-out identity
+holds in transformed coordinates: with K̃ = W^{1/2} K W^{1/2} (the rows of the
+pivoted Cholesky factor scaled by √w) and targets √w ∘ z, H̃ = K̃(K̃ + sI)⁻¹ is
+symmetric, r̃_i = √w_i r_i, and removing unit i is setting w_i = 0, so
+
+    Σ_i r̃_i² / (1 − H̃_ii)² = Σ_i w_i (z_i − f̂₋ᵢ(x_i))²,
+
+the weighted leave-one-out error (:class:`_Spectrum`, :func:`_ard_loo`); the
+penalty is λ Σ_i w_i (``lambdas`` × mean w).  μ̂₀ inside the pseudo-outcomes
+is the weighted first stage, and the σ_y criterion multiplies each held-out
+unit's term by w_j (:func:`tune_outcome_bandwidth`, on the fit itself: the
+Nyström proxy of :func:`_readout_proxy` is unweighted, and the weighted fit is
+the low-rank one, cheap to read).  Without weights nothing changes.
+
 Hyperparameters the user sets explicitly are never tuned.  The neural
 estimators select by validation loss instead: :mod:`ccme.estimators.neural_tuning`.
 """
@@ -404,24 +420,38 @@ def _parallel(fn, tasks: list, n_threads: int) -> list:
 
 @dataclass(frozen=True)
 class _Spectrum:
-    """K ≈ Q diag(s2) Qᵀ (Q with orthonormal columns), from a pivoted Cholesky factor."""
+    """K ≈ Q diag(s2) Qᵀ (Q with orthonormal columns), from a pivoted Cholesky factor.
+
+    With sampling weights w of the rows (``weights``), the spectrum is that of
+    K̃ = W^{1/2} K W^{1/2} (module docstring).
+    """
 
     Q: np.ndarray
     s2: np.ndarray
     approximate: bool
+    weights: np.ndarray | None = None
 
     def loo(self, Z, lambdas, n_threads: int = 0) -> np.ndarray:
-        return _backend.krr_loo_path(self.Q, self.s2, Z, lambdas, n_threads=n_threads)[0]
+        """Mean leave-one-out error along ``lambdas`` (penalty nλ; weighted: Σ w_i r_i²/(1 − H̃_ii)² / n, λ Σw)."""
+        if self.weights is None:
+            return _backend.krr_loo_path(self.Q, self.s2, Z, lambdas, n_threads=n_threads)[0]
+        root = np.sqrt(self.weights)[:, None]
+        return _backend.krr_loo_path(self.Q, self.s2, root * Z, np.asarray(lambdas) * float(np.mean(self.weights)),
+                                     n_threads=n_threads)[0]
 
     def solve(self, mu: float, B: np.ndarray) -> np.ndarray:
-        """(K + μI)⁻¹ B."""
+        """(K + μI)⁻¹ B; weighted: the coefficients (WK + μ mean(w) I)⁻¹ W B = W^{1/2}(K̃ + μ mean(w) I)⁻¹ W^{1/2} B."""
         with threadpool_limits(limits=1, user_api="blas"):
+            if self.weights is not None:
+                root = np.sqrt(self.weights)[:, None]
+                B, mu = root * B, mu * float(np.mean(self.weights))
             QtB = self.Q.T @ B
-            return self.Q @ (QtB / (self.s2 + mu)[:, None]) + (B - self.Q @ QtB) / mu
+            out = self.Q @ (QtB / (self.s2 + mu)[:, None]) + (B - self.Q @ QtB) / mu
+            return out if self.weights is None else root * out
 
 
-def _spectrum(X, kernel: Kernel, factor: float, lam_min: float, n_threads: int) -> _Spectrum:
-    """Pivoted Cholesky K ≈ LLᵀ (to _RANK_TOL·min(1, nλ_min)), then the thin SVD of L."""
+def _spectrum(X, kernel: Kernel, factor: float, lam_min: float, n_threads: int, w=None) -> _Spectrum:
+    """Pivoted Cholesky K ≈ LLᵀ (to _RANK_TOL·min(1, nλ_min)), then the thin SVD of L (of √w ∘ L with weights w)."""
     n = len(X)
     tol = _RANK_TOL * min(1.0, n * lam_min)
     # L, LW and Q, each n × rank (ccme.memory): refuse rather than be killed at a huge n.
@@ -429,6 +459,8 @@ def _spectrum(X, kernel: Kernel, factor: float, lam_min: float, n_threads: int) 
     L, _, residual = _backend.pivoted_cholesky(
         X, kernel.name, kernel.bandwidth_array * factor, tol, _MAX_RANK, n_threads=n_threads
     )
+    if w is not None:  # K̃ = W^{1/2} K W^{1/2} ≈ (√w ∘ L)(√w ∘ L)ᵀ
+        L = np.sqrt(w)[:, None] * L
     # Thin SVD through the small r × r eigenproblem LᵀL = W diag(s²) Wᵀ (LAPACK),
     # single-threaded: the result then does not depend on the BLAS thread count,
     # and a busy machine cannot make OpenBLAS threads spin against each other.
@@ -437,7 +469,7 @@ def _spectrum(X, kernel: Kernel, factor: float, lam_min: float, n_threads: int) 
         keep = s2 > 1e-13 * max(s2.max(initial=0.0), 1e-300)
         s2, W = s2[keep], W[:, keep]
         Q = (L @ W) / np.sqrt(s2)
-    return _Spectrum(Q=Q, s2=s2, approximate=residual > tol)
+    return _Spectrum(Q=Q, s2=s2, approximate=residual > tol, weights=w)
 
 
 @dataclass(frozen=True)
@@ -475,8 +507,10 @@ class _Nystrom:
             out[s:s + _BLOCK_ROWS] = scipy.linalg.solve_triangular(self.L, K, lower=True, check_finite=False).T
         return out
 
-    def ridge(self, X: np.ndarray, T, mu: float, n_threads: int = 0) -> np.ndarray:
+    def ridge(self, X: np.ndarray, T, mu: float, n_threads: int = 0, w=None) -> np.ndarray:
         """Coefficients W = (ΦᵀΦ + μI)⁻¹ΦᵀT of the ridge regression of ``T`` on the features Φ of ``X``.
+
+        With sampling weights ``w`` of the rows: (ΦᵀDΦ + μI)⁻¹ΦᵀDT, D = diag(w).
 
         The kernel ridge regression (K + μI)⁻¹ with K ≈ ΦΦᵀ: its prediction at x
         is φ(x)ᵀW.  ``T`` is an array or a callable giving the targets of a block
@@ -489,8 +523,9 @@ class _Nystrom:
         for s in range(0, len(X), _BLOCK_ROWS):
             Phi = self.features(X[s:s + _BLOCK_ROWS], n_threads)
             block = T(s, min(s + _BLOCK_ROWS, len(X))) if callable(T) else T[s:s + _BLOCK_ROWS]
-            gram += Phi.T @ Phi
-            cross = Phi.T @ block if cross is None else cross + Phi.T @ block
+            left = Phi.T if w is None else Phi.T * w[s:s + _BLOCK_ROWS]
+            gram += left @ Phi
+            cross = left @ block if cross is None else cross + left @ block
         gram[np.diag_indices_from(gram)] += mu
         return scipy.linalg.solve(gram, cross, assume_a="pos", check_finite=False)
 
@@ -561,6 +596,11 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     started = time.perf_counter()
     report = TuningReport()
     mode, design, Xo, scores, n_threads = data.mode, data.design, data.Xo, data.scores, data.n_threads
+    sw = getattr(data, "sampling_weights", None)  # None: the unweighted criteria, unchanged
+
+    def weights_of(rows):
+        return None if sw is None else sw[rows]
+
     prepared = params.to_dict()
     A, Y, V = design.A, design.Y, design.V
     G = _outcome_features(Y, prepared["kernels"]["y"], n_threads, seed)
@@ -585,7 +625,8 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         for arm in (1, 0):
             rows = nuisance[A[nuisance] == arm]
             pick = rows[_subsample(rows, rng, ARD_UNITS["X"])]
-            problems.append(_ArdProblem(Z=Xo[pick], T=G[pick], weight=len(rows) / len(nuisance), lam=lam0[arm]))
+            problems.append(_ArdProblem(Z=Xo[pick], T=G[pick], weight=len(rows) / len(nuisance), lam=lam0[arm],
+                                        w=weights_of(pick)))
         theta, visits, count = _ard_search(problems, x_kernel, grids.get("lam0", LAMBDA_GRID), "lam0" in grids,
                                            n_threads)
         tuned_x = _ard_kernel(x_kernel, theta)
@@ -612,7 +653,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 rows = fold_rows[k]
                 pick = rows[_subsample(rows, _units_rng(seed, 0, k, arm), LAMBDA_UNITS)]
                 shift = _transfer(len(pick), len(rows), "X")
-                spec = _spectrum(Xo[pick], x_kernel, f, grid.min() * shift, 1)
+                spec = _spectrum(Xo[pick], x_kernel, f, grid.min() * shift, 1, weights_of(pick))
                 return spec, len(pick) == len(rows), spec.loo(G[pick], grid * shift, 1)
 
             fold_rows = [fold.nuisance[A[fold.nuisance] == arm] for fold in folds]
@@ -666,10 +707,10 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         stage1 = {(k, arm): spectra.get((k, arm, x_factor)) for k in range(len(folds)) for arm in (1, 0)}
         with threadpool_limits(limits=1, user_api="blas"):  # the same bits for any BLAS thread count
             targets = _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1,
-                                               replaced, seed)
+                                               replaced, seed, sw)
         if v_ard:
             ard_started = time.perf_counter()
-            problems = _stage2_problems(mode, targets, V, lam1_now, rng)
+            problems = _stage2_problems(mode, targets, V, lam1_now, rng, sw)
             theta, visits, count = _ard_search(problems, v_kernel, grids.get("lam1", LAMBDA_GRID), "lam1" in grids,
                                                n_threads, start=_warm_start(v_kernel, x_kernel if x_ard else None),
                                                guard=ARD_STAGE2_GUARD)
@@ -689,7 +730,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             (k, arms), _, f = task
             rows, _, size = targets[k][arms[0]]
             shift = _transfer(len(rows), size, "V")
-            spec = _spectrum(V[rows], v_kernel, f, lam_grid.min() * shift, 1)
+            spec = _spectrum(V[rows], v_kernel, f, lam_grid.min() * shift, 1, weights_of(rows))
             return spec.approximate, [size * spec.loo(targets[k][arm][1], lam_grid * shift, 1) for arm in arms]
 
         # The default grid grows downwards as λ₀'s does (a decade at a time, at most _EXTENSIONS times) while an
@@ -734,7 +775,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             prepared["kernels"]["v"] = Kernel(v_kernel.name, tuple(v_kernel.bandwidth_array * f_best),
                                               f"{v_kernel.rule} x {f_best:g}, LOO")
             report.chosen["v_bandwidth_factor"] = float(f_best)
-    if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared):
+    if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
         report.pending_readout = _readout_proxy(
             mode=mode, design=design, Xo=Xo, folds=folds, scores=scores, kernels=prepared["kernels"],
@@ -801,7 +842,7 @@ def _is_ard(grid) -> bool:
     return isinstance(grid, str) and grid == "ard"
 
 
-def _stage2_problems(mode, targets, V, lam1, rng) -> list:
+def _stage2_problems(mode, targets, V, lam1, rng, sw=None) -> list:
     """The second-stage regressions of the bandwidth search, pooled over the folds and subsampled.
 
     One regression of both arms' pseudo-outcomes (their feature coordinates side
@@ -816,14 +857,15 @@ def _stage2_problems(mode, targets, V, lam1, rng) -> list:
         for arm in (1, 0):
             pick = _subsample(rows[arm], rng, ARD_UNITS["V"])
             problems.append(_ArdProblem(Z=V[rows[arm][pick]], T=feats[arm][pick], weight=len(rows[arm]) / total,
-                                        lam=lam1[arm]))
+                                        lam=lam1[arm], w=None if sw is None else sw[rows[arm][pick]]))
         return problems
     pick = _subsample(rows[1], rng, ARD_UNITS["V"])
-    return [_ArdProblem(Z=V[rows[1][pick]], T=np.hstack([feats[1][pick], feats[0][pick]]), weight=1.0, lam=lam1[1])]
+    return [_ArdProblem(Z=V[rows[1][pick]], T=np.hstack([feats[1][pick], feats[0][pick]]), weight=1.0, lam=lam1[1],
+                        w=None if sw is None else sw[rows[1][pick]])]
 
 
 def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1, replaced=None,
-                             seed: int = 0):
+                             seed: int = 0, sw=None):
     """Per fold and arm: (second-stage rows, feature coordinates of ξ̂ on them, the regression's number of units).
 
     The rows are a seeded subsample of at most :data:`LAMBDA_UNITS` of the
@@ -853,15 +895,19 @@ def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0,
             elif pseudo.has_first_stage:
                 rows0 = fold.nuisance[A[fold.nuisance] == arm]
                 first = _first_stage_at(Xo[rows], Xo, rows0, G, x_kernel, lam0[arm], stage1.get((k, arm)),
-                                        _units_rng(seed, 3, k, arm), n_threads)
+                                        _units_rng(seed, 3, k, arm), n_threads, sw)
             sub = PseudoOutcome(rows=rows, a=pseudo.a[pick], b=pseudo.b[pick])
             per_arm[arm] = (rows, sub.features(G[rows], first), len(pseudo.rows))
         out.append(per_arm)
     return out
 
 
-def _first_stage_at(X1, Xo, rows0, G, x_kernel: Kernel, lam0: float, spectrum, rng, n_threads: int) -> np.ndarray:
+def _first_stage_at(X1, Xo, rows0, G, x_kernel: Kernel, lam0: float, spectrum, rng, n_threads: int,
+                    sw=None) -> np.ndarray:
     """μ̂₀ at the rows of ``X1`` in the coordinates G: K_X1X0 (K_X0 + mλ₀I)⁻¹ G_0 over the m units ``rows0``.
+
+    With sampling weights ``sw`` (all units'): K_X1X0 (W₀K_X0 + λ₀Σw I)⁻¹ W₀ G_0, the weighted first stage
+    (the spectrum then carries the weights; :meth:`_Spectrum.solve`).
 
     Up to :data:`LAMBDA_UNITS` units: through the low-rank spectrum of K_X0
     (``spectrum``, the stage-1 tuning's when it ran on all of them) and the
@@ -870,13 +916,15 @@ def _first_stage_at(X1, Xo, rows0, G, x_kernel: Kernel, lam0: float, spectrum, r
     time: O(m r²) time and O(r²) memory besides the rows' coordinates.
     """
     m = len(rows0)
+    w0 = None if sw is None else sw[rows0]
     if spectrum is not None or m <= LAMBDA_UNITS:
-        spectrum = spectrum or _spectrum(Xo[rows0], x_kernel, 1.0, lam0, n_threads)
+        spectrum = spectrum or _spectrum(Xo[rows0], x_kernel, 1.0, lam0, n_threads, w0)
         solved = spectrum.solve(m * lam0, G[rows0])
         return apply_first_stage(X1, Xo[rows0], x_kernel, solved, n_threads)
     X0 = np.ascontiguousarray(Xo[rows0])
     nystrom = _nystrom_map(X0, x_kernel, m * lam0, rng, n_threads)
-    W = nystrom.ridge(X0, lambda start, stop: G[rows0[start:stop]], m * lam0, n_threads)
+    mu = m * lam0 if w0 is None else float(np.sum(w0)) * lam0
+    W = nystrom.ridge(X0, lambda start, stop: G[rows0[start:stop]], mu, n_threads, w0)
     return nystrom.features(X1, n_threads) @ W
 
 
@@ -899,31 +947,41 @@ ARD_STAGE2_GUARD = 1.0
 
 @dataclass
 class _ArdProblem:
-    """One kernel ridge regression of the search: inputs, targets' feature coordinates, weight, current penalty."""
+    """One kernel ridge regression of the search: inputs, targets' feature coordinates, weight, current penalty.
+
+    ``w``: the units' sampling weights (None: unweighted), for the weighted criterion of the module docstring.
+    """
 
     Z: np.ndarray
     T: np.ndarray
     weight: float
     lam: float
+    w: np.ndarray | None = None
 
 
-def _spectrum_bw(X, name: str, bandwidth: np.ndarray, lam_min: float, n_threads: int) -> _Spectrum:
+def _spectrum_bw(X, name: str, bandwidth: np.ndarray, lam_min: float, n_threads: int, w=None) -> _Spectrum:
     """:func:`_spectrum` at explicit per-column bandwidths; the ignored (inf) columns are left out first.
 
     With every column ignored the kernel is the constant 1: one eigenvector.
-    The caller holds the BLAS thread limit (:func:`_ard_search`).
+    The caller holds the BLAS thread limit (:func:`_ard_search`).  With
+    sampling weights ``w``, the spectrum of W^{1/2} K W^{1/2}.
     """
     n = len(X)
     finite = np.isfinite(bandwidth)
     if not finite.any():
+        if w is not None:  # K̃ = √w √wᵀ: one eigenvector √w/‖√w‖, eigenvalue Σw
+            return _Spectrum(Q=(np.sqrt(w) / np.sqrt(np.sum(w)))[:, None], s2=np.array([float(np.sum(w))]),
+                             approximate=False, weights=w)
         return _Spectrum(Q=np.full((n, 1), 1.0 / np.sqrt(n)), s2=np.array([float(n)]), approximate=False)
     tol = _RANK_TOL * min(1.0, n * lam_min)
     X = np.ascontiguousarray(X[:, finite])
     L, _, residual = _backend.pivoted_cholesky(X, name, bandwidth[finite], tol, _MAX_RANK, n_threads=n_threads)
+    if w is not None:
+        L = np.sqrt(w)[:, None] * L
     s2, W = np.linalg.eigh(L.T @ L)
     keep = s2 > 1e-13 * max(s2.max(initial=0.0), 1e-300)
     s2, W = s2[keep], W[:, keep]
-    return _Spectrum(Q=(L @ W) / np.sqrt(s2), s2=s2, approximate=residual > tol)
+    return _Spectrum(Q=(L @ W) / np.sqrt(s2), s2=s2, approximate=residual > tol, weights=w)
 
 
 def _ard_loo(problem: _ArdProblem, name: str, bandwidth: np.ndarray, lambdas=None) -> np.ndarray:
@@ -941,21 +999,25 @@ def _ard_loo(problem: _ArdProblem, name: str, bandwidth: np.ndarray, lambdas=Non
     import scipy.linalg
 
     if lambdas is not None:
-        spectrum = _spectrum_bw(problem.Z, name, bandwidth, float(np.min(lambdas)), 1)
-        return _backend.krr_loo_path(spectrum.Q, spectrum.s2, problem.T, lambdas, n_threads=1)[0]
+        spectrum = _spectrum_bw(problem.Z, name, bandwidth, float(np.min(lambdas)), 1, problem.w)
+        return spectrum.loo(problem.T, lambdas, 1)
     m = len(problem.Z)
-    mu = m * problem.lam
+    mu = m * problem.lam if problem.w is None else float(np.sum(problem.w)) * problem.lam
     finite = np.isfinite(bandwidth)
     if finite.any():
         L, _, _ = _backend.pivoted_cholesky(np.ascontiguousarray(problem.Z[:, finite]), name, bandwidth[finite],
                                             _RANK_TOL * min(1.0, mu), _MAX_RANK, n_threads=1)
     else:
         L = np.ones((m, 1))  # the constant kernel
+    T = problem.T
+    if problem.w is not None:  # the transformed coordinates: √w ∘ L and √w ∘ T (module docstring)
+        root = np.sqrt(problem.w)[:, None]
+        L, T = root * L, root * T
     A = L.T @ L
     A[np.diag_indices_from(A)] += mu
     C = scipy.linalg.cholesky(A, lower=True, check_finite=False)
     B = scipy.linalg.solve_triangular(C, L.T, lower=True, check_finite=False)
-    residual = problem.T - B.T @ (B @ problem.T)
+    residual = T - B.T @ (B @ T)
     h = np.einsum("ij,ij->j", B, B)
     return np.einsum("ij,ij->i", residual, residual) / (1.0 - h) ** 2
 
@@ -1343,11 +1405,14 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
 # outcome bandwidth by weighted least-squares cross-validation
 # ---------------------------------------------------------------------------
 def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, factors, seed, n_threads=0,
-                           weighted=True):
+                           weighted=True, sampling_weights=None):
     """Choose each arm's read-out bandwidth σ_y (a factor of ``base``) by weighted least-squares CV.
 
     ``weighted=False`` (the one-step mode, which targets the arm's observed
     conditional law and uses no propensity) sets every weight ω_j to 1.
+    ``sampling_weights`` (all units', or None) multiply each held-out unit's
+    term: Σ_j w_j ω_j [∫ p̂(y | V_j)² dy − 2 p̂(Y_j | V_j)] estimates the
+    weighted population's integrated squared error.
 
     Returns ({arm: Kernel}, [TuningCurve per arm]).
     """
@@ -1366,6 +1431,8 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
             chosen = np.sort(rng.choice(held, size=min(_ISE_UNITS, held.size), replace=False))
             p_arm = scores[chosen] if arm == 1 else 1.0 - scores[chosen]
             omega = 1.0 / p_arm if weighted else np.ones(len(chosen))
+            if sampling_weights is not None:
+                omega = sampling_weights[chosen] * omega
             # Each chosen unit stands for held.size / chosen.size arm units of the held-out part.
             scale = held.size / chosen.size / len(fold.nuisance) / len(folds)
             atoms, c = part.weights(design.V[chosen], n_threads=n_threads)
@@ -1407,6 +1474,7 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
         chosen, curves = tune_outcome_bandwidth(
             embeddings=embeddings, design=data.design, folds=folds, scores=data.scores, base=embeddings[1].y_kernel,
             factors=grids["y_bandwidth"], seed=seed, n_threads=data.n_threads, weighted=data.mode != "onestep",
+            sampling_weights=getattr(data, "sampling_weights", None),
         )
     report.curves.extend(curves)
     report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}

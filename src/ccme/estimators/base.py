@@ -188,6 +188,11 @@ class CrossFitData:
         unit's weight in its own arm only (as :func:`ccme.pseudo.pseudo_outcome`
         does).
     n_threads : int
+    sampling_weights : ndarray (n,) or None
+        The sampling weights w_i of ``fit(weights=)``, normalised to mean 1
+        (:mod:`ccme.sampling_weights`); None for the unweighted fit (also when
+        the weights given are all equal).  Only the low-rank ridge path reads
+        them (:mod:`ccme.estimators.lowrank`); ``fit`` refuses them elsewhere.
     """
 
     mode: str
@@ -195,6 +200,7 @@ class CrossFitData:
     Xo: np.ndarray
     scores: np.ndarray
     n_threads: int = 0
+    sampling_weights: np.ndarray | None = None
 
     @property
     def A(self) -> np.ndarray:
@@ -274,6 +280,15 @@ class LinearSecondStage(ABC):
     @abstractmethod
     def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
         """(I − H) P, the in-sample residuals of the second-stage smoother applied to unit features."""
+
+    def adjoint_residuals(self, beta: np.ndarray, n_threads: int = 0) -> np.ndarray:
+        """(I − Hᵀ) β: iterated Tikhonov's step on the weights β (:func:`ccme.bootstrap.iterated_tikhonov`).
+
+        The default is :meth:`residual_features`, right for a symmetric hat
+        matrix H (unweighted ridge); a smoother that is not symmetric (the
+        sampling-weighted low-rank ridge, H = Φ G⁻¹ ΦᵀW) overrides it.
+        """
+        return self.residual_features(beta, n_threads)
 
     def first_stage_influence(self, beta: np.ndarray, points, feature: str, kernel,
                               n_threads: int = 0) -> "FirstStageInfluence | None":

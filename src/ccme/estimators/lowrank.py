@@ -21,6 +21,27 @@ features ψ.  The doubly robust weights over the atoms (eq. emp_density) are
 a fixed loading matrix times h(v): fitting costs O(n r²), evaluating at T
 points of V and G of Y costs O(n r G + T r G), and memory is O(n r).
 
+**Sampling weights** (``fit(weights=)``, :mod:`ccme.sampling_weights`).  The
+second stage solves min_f Σ_i w_i ‖ξ_i − f(V_i)‖² + s ‖f‖², the first stage
+min_g Σ_l w_l ‖φ(Y0_l) − g(X0_l)‖² + s₀ ‖g‖², with W = diag(w), so that
+
+    β(v) = W Φ h(v),   h(v) = (ΦᵀWΦ + sI)⁻¹ φ(v),
+    S(x) = W₀ Ψ₀ G₀⁻¹ ψ(x),   G₀ = Ψ₀ᵀW₀Ψ₀ + s₀I,
+    c₁(v) = a ∘ β(v),   c₀(v) = W₀ Ψ₀ M h(v),   M = G₀⁻¹ Ψ₁ᵀ diag(b ∘ w) Φ
+
+(the second stage's W enters M because c₀(v) = Σ_i β_i(v) b_i S(X1_i)).  The
+penalties are s = λ₁ Σ_i w_i and s₀ = λ₀ Σ_l w_l, the regressions' total
+weights: nλ₁ and mλ₀ when the weights average one over the regression's
+units, and exactly the penalties of the data with each row repeated w_i
+times for integer (frequency) weights.  The smoother is no longer symmetric:
+the fitted values at the units are Hξ with H = Φ G⁻¹ Φᵀ W, so the residuals
+are (I − H)P (:meth:`LowRankFoldArm.residual_features`) while iterated
+Tikhonov regularisation of the weights β needs (I − Hᵀ)β = β − WΦG⁻¹Φᵀβ
+(:meth:`LowRankFoldArm.adjoint_residuals`).  The Nyström landmarks do not
+depend on the weights (they approximate the kernel, not the regression).
+Without weights (``CrossFitData.sampling_weights`` None) every product is
+the unweighted one, unchanged.
+
 **Rank.** The pivoted Cholesky factorisation stops when the largest residual
 diagonal k(x, x) − ‖φ(x)‖² falls to ``rank_tol`` (every kernel here has
 k(x, x) = 1, so this is a relative bound): the trace error of the
@@ -274,11 +295,14 @@ def _blocks(F: np.ndarray):
         yield s, F[s:s + _ROWS].astype(np.float64)
 
 
-def _gram_chol(F: np.ndarray, shift: float) -> np.ndarray:
-    """The lower Cholesky factor of FᵀF + shift·I (r × r; positive definite for shift > 0), F stored."""
+def _gram_chol(F: np.ndarray, shift: float, w: np.ndarray | None = None) -> np.ndarray:
+    """The lower Cholesky factor of FᵀWF + shift·I (r × r; positive definite for shift > 0), F stored.
+
+    ``w`` (the rows' sampling weights, W = diag(w)) None: FᵀF, the unweighted Gram matrix.
+    """
     G = np.zeros((F.shape[1], F.shape[1]))
-    for _, B in _blocks(F):
-        G += B.T @ B
+    for s, B in _blocks(F):
+        G += B.T @ B if w is None else B.T @ (w[s:s + len(B), None] * B)
     G[np.diag_indices_from(G)] += shift
     return cholesky(G, lower=True, check_finite=False)
 
@@ -324,6 +348,9 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
     atom_units : ndarray of int
     trace_error : dict
         tr(K − ΦΦᵀ)/n per kernel ("V", "X") over the units factored.
+    w1, w0 : ndarray or None
+        Sampling weights of the second-stage and first-stage units (module
+        docstring); None without weights.
     """
 
     v_map: NystromFeatures
@@ -341,10 +368,17 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
     Y0: np.ndarray
     atom_units: np.ndarray | None = None
     trace_error: dict = field(default_factory=dict)
+    w1: np.ndarray | None = None
+    w0: np.ndarray | None = None
 
     @property
     def atoms(self) -> np.ndarray:
         return np.vstack([self.Y1, self.Y0])
+
+    @property
+    def _a(self) -> np.ndarray:
+        """The Y1 atoms' coefficients in c₁(v) = a ∘ W Φ h(v): a, or a ∘ w with sampling weights."""
+        return self.pseudo.a if self.w1 is None else self.pseudo.a * self.w1
 
     @property
     def n_atoms(self) -> int:
@@ -363,14 +397,14 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
         return {"jitter": 0.0, "ranks": self.ranks, "trace_error": dict(self.trace_error)}
 
     def coefficients(self, V_eval, n_threads: int = 0) -> np.ndarray:
-        """h(v) = (ΦᵀΦ + sI)⁻¹ φ(v), shape (r, n_eval)."""
+        """h(v) = (ΦᵀWΦ + sI)⁻¹ φ(v) (W = I without weights), shape (r, n_eval)."""
         return cho_solve((self.chol, True), self.v_map(V_eval, n_threads).T, check_finite=False)
 
     @_serial_blas
     def weights(self, V_eval, n_threads: int = 0):
         """Atoms (Y1 then Y0) and their weights c(v), shape (n_atoms, n_eval)."""
         h = self.coefficients(V_eval, n_threads)
-        c1 = self.pseudo.a[:, None] * _times(self.Phi, h)
+        c1 = self._a[:, None] * _times(self.Phi, h)
         return self.atoms, np.vstack([c1, _times(self.loadings0, h)])
 
     def _project(self, F: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -380,7 +414,7 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
         out = np.zeros((self.Phi.shape[1], F.shape[1]))
         if split > 0:
             s1 = slice(start, start + split)
-            out += self.Phi[s1].astype(np.float64).T @ (self.pseudo.a[s1, None] * F[:split])
+            out += self.Phi[s1].astype(np.float64).T @ (self._a[s1, None] * F[:split])
         if split < stop - start:
             out += self.loadings0[start + split - n1:stop - n1].astype(np.float64).T @ F[split:]
         return out
@@ -396,13 +430,15 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
     # -- the linear second stage (ccme.bootstrap) ---------------------------
     @_serial_blas
     def beta(self, V_eval, n_threads: int = 0) -> np.ndarray:
-        """β(v) = Φ h(v), shape (n_units, n_eval)."""
-        return _times(self.Phi, self.coefficients(V_eval, n_threads))
+        """β(v) = W Φ h(v) (W = I without weights), shape (n_units, n_eval)."""
+        beta = _times(self.Phi, self.coefficients(V_eval, n_threads))
+        return beta if self.w1 is None else self.w1[:, None] * beta
 
     def _first_stage_smooth(self, F0: np.ndarray, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """(Ψ₀, G₀⁻¹ Ψ₀ᵀ F0): the first stage's coefficients for targets F0 (Ψ₀ recomputed from X0)."""
+        """(Ψ₀, G₀⁻¹ Ψ₀ᵀ W₀ F0): the first stage's coefficients for targets F0 (Ψ₀ recomputed from X0)."""
         Psi0 = self.x_map(self.X0, n_threads).astype(STORAGE).astype(np.float64)  # the rounding of the fit
-        return Psi0, cho_solve((self.chol0, True), Psi0.T @ F0, check_finite=False)
+        targets = F0 if self.w0 is None else self.w0[:, None] * F0
+        return Psi0, cho_solve((self.chol0, True), Psi0.T @ targets, check_finite=False)
 
     @_serial_blas
     def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
@@ -417,25 +453,43 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
 
     @_serial_blas
     def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
-        """(I − H) P = P − Φ (ΦᵀΦ + sI)⁻¹ ΦᵀP, H = ΦΦᵀ(ΦΦᵀ + sI)⁻¹ the second stage's hat matrix."""
+        """(I − H) P = P − Φ (ΦᵀWΦ + sI)⁻¹ ΦᵀWP, H = Φ G⁻¹ ΦᵀW the second stage's hat matrix (W = I unweighted)."""
         Phi = self.Phi.astype(np.float64)
-        return P - Phi @ cho_solve((self.chol, True), Phi.T @ P, check_finite=False)
+        targets = P if self.w1 is None else self.w1[:, None] * P
+        return P - Phi @ cho_solve((self.chol, True), Phi.T @ targets, check_finite=False)
+
+    @_serial_blas
+    def adjoint_residuals(self, beta: np.ndarray, n_threads: int = 0) -> np.ndarray:
+        """(I − Hᵀ) β = β − W Φ (ΦᵀWΦ + sI)⁻¹ Φᵀβ: what iterated Tikhonov applies to the weights β.
+
+        Without weights H is symmetric and this is :meth:`residual_features`.
+        """
+        if self.w1 is None:
+            return self.residual_features(beta, n_threads)
+        Phi = self.Phi.astype(np.float64)
+        return beta - self.w1[:, None] * (Phi @ cho_solve((self.chol, True), Phi.T @ beta, check_finite=False))
 
     @_serial_blas
     def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0):
-        """W(v) = Ψ₀ G₀⁻¹ Ψ₁ᵀ (b ∘ β(v)) and the residual features (I − H₀) F(Y0) (see the base class)."""
+        """W(v) = W₀ Ψ₀ G₀⁻¹ Ψ₁ᵀ (b ∘ β(v)) and the residual features (I − H₀) F(Y0), H₀ = Ψ₀ G₀⁻¹ Ψ₀ᵀ W₀.
+
+        (W₀ = I without weights; see the base class.)
+        """
         if self.x_map is None or self.atom_units is None:
             return None
         F0 = _backend.atom_features(self.Y0, points, feature, kernel.name, kernel.bandwidth_array, n_threads)
         Psi0, smoothed = self._first_stage_smooth(F0, n_threads)
         pulled = self.x_map(self.X1, n_threads).T @ (self.pseudo.b[:, None] * beta)
         weights = Psi0 @ cho_solve((self.chol0, True), pulled, check_finite=False)
+        if self.w0 is not None:
+            weights = self.w0[:, None] * weights
         return FirstStageInfluence(units=self.atom_units[len(self.Y1):], weights=weights,
                                    residuals=F0 - Psi0 @ smoothed)
 
     # -- save / load --------------------------------------------------------
     STATE_SCHEMA = "ccme.LowRankFoldArm"
-    STATE_VERSION = 1
+    #: Version 2 added the sampling weights ``w1``, ``w0`` (None without); version 1 is read as unweighted.
+    STATE_VERSION = 2
     _ARRAYS = ("Phi", "chol", "Y1", "X1", "loadings0", "X0", "chol0", "Y0", "atom_units")
 
     def to_state(self) -> dict:
@@ -446,7 +500,8 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
                           **{name: getattr(self, name) for name in self._ARRAYS},
                           v_map=self.v_map.to_state(), x_map=None if self.x_map is None else self.x_map.to_state(),
                           rows=self.pseudo.rows, a=self.pseudo.a, b=self.pseudo.b, shift=float(self.shift),
-                          shift0=float(self.shift0), trace_error={k: float(v) for k, v in self.trace_error.items()})
+                          shift0=float(self.shift0), trace_error={k: float(v) for k, v in self.trace_error.items()},
+                          w1=self.w1, w0=self.w0)
 
     @classmethod
     def from_state(cls, state) -> "LowRankFoldArm":
@@ -454,8 +509,10 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
         from ..errors import FormatError
         from ..io import check_schema
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
-                     keys=(*cls._ARRAYS, "v_map", "x_map", "rows", "a", "b", "shift", "shift0", "trace_error"))
+        keys = (*cls._ARRAYS, "v_map", "x_map", "rows", "a", "b", "shift", "shift0", "trace_error")
+        version = check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION),
+                               keys=keys if state.get("version") == 1 else (*keys, "w1", "w0"))
+        w1, w0 = (None, None) if version == 1 else (state["w1"], state["w0"])
         for name in (*cls._ARRAYS, "rows", "a", "b"):
             if not isinstance(state[name], np.ndarray):
                 raise FormatError(f"the stored low-rank fold-arm's {name} is not an array")
@@ -468,11 +525,14 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
         r0, m = (0 if x_map is None else x_map.rank), len(state["Y0"])
         if state["loadings0"].shape != (m, r) or state["chol0"].shape != (r0, r0) or len(state["X0"]) != m:
             raise FormatError("the stored low-rank fold-arm's first-stage arrays disagree in size")
+        for name, w, size in (("w1", w1, n), ("w0", w0, m)):
+            if w is not None and not (isinstance(w, np.ndarray) and w.shape == (size,)):
+                raise FormatError(f"the stored low-rank fold-arm's sampling weights {name} disagree in size")
         pseudo = PseudoOutcome(rows=state["rows"], a=state["a"], b=state["b"])
         return cls(v_map=v_map, Phi=state["Phi"], chol=state["chol"], shift=float(state["shift"]), pseudo=pseudo,
                    Y1=state["Y1"], X1=state["X1"], x_map=x_map, loadings0=state["loadings0"], X0=state["X0"],
                    chol0=state["chol0"], shift0=float(state["shift0"]), Y0=state["Y0"],
-                   atom_units=state["atom_units"], trace_error=dict(state["trace_error"]))
+                   atom_units=state["atom_units"], trace_error=dict(state["trace_error"]), w1=w1, w0=w0)
 
 
 def _times(F: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -518,9 +578,10 @@ class LowRankFold(FoldFit):
             self._second_stage[key] = (v_map, Phi, _trace_error(Phi))
         return self._second_stage[key]
 
-    def _factor(self, key, Phi, shift: float) -> np.ndarray:
+    def _factor(self, key, Phi, shift: float, w=None) -> np.ndarray:
+        # the weights are those of the rows behind `key`, so (key, shift) identifies the factor
         if (key, shift) not in self._factors:
-            self._factors[(key, shift)] = _gram_chol(Phi, shift)
+            self._factors[(key, shift)] = _gram_chol(Phi, shift, w)
         return self._factors[(key, shift)]
 
     @_serial_blas
@@ -532,24 +593,29 @@ class LowRankFold(FoldFit):
         rows = pseudo.rows
         key = ("V", arm) if data.mode == "onestep" else "V"
         v_map, Phi, v_error = self._features(rows, key)
-        shift = len(rows) * self.lam1[arm]
-        chol = self._factor(key, Phi, shift)
+        weights = data.sampling_weights
+        w1 = None if weights is None else np.ascontiguousarray(weights[rows], dtype=np.float64)
+        # s = λ₁ Σ w_i: nλ₁ unweighted, the repeated rows' penalty for frequency weights (module docstring)
+        shift = len(rows) * self.lam1[arm] if w1 is None else float(np.sum(w1)) * self.lam1[arm]
+        chol = self._factor(key, Phi, shift, w1)
         trace_error = {"V": v_error}
         if pseudo.has_first_stage:
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
             X0, X1 = Xo[rows0], Xo[rows]
             x_map, Psi0 = self._select(X0, self.x_kernel, salt=2 + arm)
             Psi0 = Psi0.astype(STORAGE)
-            shift0 = len(rows0) * self.lam0[arm]
-            chol0 = _gram_chol(Psi0, shift0)
-            # M = G0⁻¹ Ψ1ᵀ diag(b) Φ, accumulated over blocks of units so that Ψ1 (n × r0) is never held whole.
+            w0 = None if weights is None else np.ascontiguousarray(weights[rows0], dtype=np.float64)
+            shift0 = len(rows0) * self.lam0[arm] if w0 is None else float(np.sum(w0)) * self.lam0[arm]
+            chol0 = _gram_chol(Psi0, shift0, w0)
+            # M = G0⁻¹ Ψ1ᵀ diag(b ∘ w) Φ, accumulated over blocks of units so that Ψ1 (n × r0) is never held whole.
+            bw = pseudo.b if w1 is None else pseudo.b * w1
             PtB = np.zeros((x_map.rank, Phi.shape[1]))
             for s, B in _blocks(Phi):
-                PtB += x_map(X1[s:s + len(B)], data.n_threads).T @ (pseudo.b[s:s + len(B), None] * B)
+                PtB += x_map(X1[s:s + len(B)], data.n_threads).T @ (bw[s:s + len(B), None] * B)
             M = cho_solve((chol0, True), PtB, check_finite=False)
             loadings0 = np.empty((len(rows0), Phi.shape[1]), dtype=STORAGE)
             for s, B in _blocks(Psi0):
-                loadings0[s:s + len(B)] = B @ M
+                loadings0[s:s + len(B)] = B @ M if w0 is None else w0[s:s + len(B), None] * (B @ M)
             trace_error["X"] = _trace_error(Psi0)
             del Psi0
             Y0 = Y[rows0]
@@ -558,6 +624,7 @@ class LowRankFold(FoldFit):
             Y0, shift0, chol0 = np.zeros((0, Y.shape[1])), 0.0, np.zeros((0, 0))
             loadings0 = np.zeros((0, Phi.shape[1]), dtype=STORAGE)
             rows0 = np.zeros(0, dtype=np.intp)
+            w0 = None if weights is None else np.zeros(0)
         return LowRankFoldArm(v_map=v_map, Phi=Phi, chol=chol, shift=shift, pseudo=pseudo, Y1=Y[rows], X1=X1,
                               x_map=x_map, loadings0=loadings0, X0=X0, chol0=chol0, shift0=shift0, Y0=Y0,
-                              atom_units=np.concatenate([rows, rows0]), trace_error=trace_error)
+                              atom_units=np.concatenate([rows, rows0]), trace_error=trace_error, w1=w1, w0=w0)
