@@ -66,7 +66,7 @@ from . import _backend
 from .errors import NotFittedError, ParameterError
 from .estimators.base import FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, project_atoms
 from .estimators.forest_first_stage import check_first_stage
-from .estimators.lowrank import _ROUNDS, _ROWS, STORAGE, LowRankFoldArm, NystromFeatures, _blocks, _times, worst_covered
+from .estimators.lowrank import NystromArm, _ROUNDS, _ROWS, STORAGE, LowRankFoldArm, NystromFeatures, _blocks, _times, worst_covered
 from .estimators.ridge import RidgeEstimator
 from .memory import check_allocation
 from .pseudo import pseudo_outcome
@@ -638,7 +638,7 @@ def _shifted_chol(gram: np.ndarray, shift: float) -> np.ndarray:
         return cholesky(G, lower=True, check_finite=False)
 
 
-class DistributedLowRankFoldArm(FoldArm, LinearSecondStage):
+class DistributedLowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
     """The low-rank ridge CCME of one arm on one fold, its n × r arrays held by the workers.
 
     The same estimator as :class:`ccme.estimators.lowrank.LowRankFoldArm`:
@@ -676,26 +676,6 @@ class DistributedLowRankFoldArm(FoldArm, LinearSecondStage):
         self.chol0, self.shift0, self.x_dim = chol0, float(shift0), int(x_dim)
         self.atom_units, self.trace_error = atom_units, dict(trace_error)
         self._last_smoothed = self._last_residual = None  # see _smoothed and residual_features
-
-    @property
-    def atoms(self) -> np.ndarray:
-        return np.vstack([self.Y1, self.Y0])
-
-    @property
-    def n_atoms(self) -> int:
-        return self.Y1.shape[0] + self.Y0.shape[0]
-
-    @property
-    def units(self) -> np.ndarray:
-        return self.pseudo.rows
-
-    @property
-    def ranks(self) -> dict:
-        """Number of landmarks per kernel ("V", and "X" with a first stage)."""
-        return {"V": self.v_map.rank, **({"X": self.x_map.rank} if self.x_map is not None else {})}
-
-    def diagnostics(self) -> dict:
-        return {"jitter": 0.0, "ranks": self.ranks, "trace_error": dict(self.trace_error)}
 
     def coefficients(self, V_eval, n_threads: int = 0) -> np.ndarray:
         """h(v) = (ΦᵀΦ + sI)⁻¹ φ(v), shape (r, n_eval), on the client."""

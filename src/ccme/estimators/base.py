@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import ParameterError
 
 __all__ = ["Estimator", "Parameters", "CrossFitData", "FoldFit", "FoldArm", "LinearSecondStage", "FirstStageInfluence",
-           "Tuned", "resolve_options", "FactoredArm", "contract_factored", "project_atoms"]
+           "Tuned", "TwoStageAtoms", "resolve_options", "FactoredArm", "contract_factored", "project_atoms"]
 
 
 def _freeze(value):
@@ -254,6 +254,29 @@ class FoldArm(ABC):
     def diagnostics(self) -> dict:
         """Numerical facts worth a line in the summary (e.g. Cholesky jitter); empty by default."""
         return {}
+
+
+class TwoStageAtoms:
+    """Atoms of a two-stage fold-arm: the second-stage outcomes Y1, then the first-stage outcomes Y0.
+
+    For fold-arms (ridge, forest first stage, low-rank) with attributes
+    ``Y1``, ``Y0`` and ``pseudo`` (:class:`ccme.pseudo.PseudoOutcome`), whose
+    weights c(v) = [c₁(v); c₀(v)] follow that order (eq. emp_density); the
+    second-stage units are the pseudo-outcome's rows.  Listed before
+    :class:`FoldArm` among the bases.
+    """
+
+    @property
+    def atoms(self) -> np.ndarray:
+        return np.vstack([self.Y1, self.Y0])
+
+    @property
+    def n_atoms(self) -> int:
+        return self.Y1.shape[0] + self.Y0.shape[0]
+
+    @property
+    def units(self) -> np.ndarray:
+        return self.pseudo.rows
 
 
 class LinearSecondStage(ABC):

@@ -77,7 +77,7 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel
 from ..pseudo import PseudoOutcome, uses_first_stage
-from .base import FoldArm, LinearSecondStage
+from .base import FoldArm, LinearSecondStage, TwoStageAtoms
 
 __all__ = ["FIRST_STAGES", "FOREST_DEFAULTS", "ForestFirstStage", "ForestRidgeFoldArm", "check_first_stage",
            "check_forest_settings", "forest_weights", "grow_forest_first_stage", "select_first_stage",
@@ -315,7 +315,7 @@ def grow_forest_first_stage(X0, Y0, X_target, *, settings, seed: int, n_threads:
 # the fold-arm
 # ---------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class ForestRidgeFoldArm(FoldArm, LinearSecondStage):
+class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, LinearSecondStage):
     """The ridge CCME of one arm on one fold with a forest-weights first stage (module docstring).
 
     Attributes
@@ -370,18 +370,6 @@ class ForestRidgeFoldArm(FoldArm, LinearSecondStage):
     @property
     def b(self) -> np.ndarray:
         return self.pseudo.b
-
-    @property
-    def atoms(self) -> np.ndarray:
-        return np.vstack([self.Y1, self.Y0])
-
-    @property
-    def n_atoms(self) -> int:
-        return self.Y1.shape[0] + self.Y0.shape[0]
-
-    @property
-    def units(self) -> np.ndarray:
-        return self.pseudo.rows
 
     def diagnostics(self) -> dict:
         return {"jitter": max(self.jitter.values(), default=0.0), "first_stage": "forest",

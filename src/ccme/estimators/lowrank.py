@@ -72,9 +72,9 @@ from ..errors import ParameterError
 from ..kernels import Kernel
 from ..memory import check_allocation
 from ..pseudo import PseudoOutcome, pseudo_outcome
-from .base import FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, project_atoms
+from .base import FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, TwoStageAtoms, project_atoms
 
-__all__ = ["STORAGE", "NystromFeatures", "LowRankFold", "LowRankFoldArm", "LOWRANK_DEFAULTS", "APPROX_THRESHOLD",
+__all__ = ["STORAGE", "NystromFeatures", "NystromArm", "LowRankFold", "LowRankFoldArm", "LOWRANK_DEFAULTS", "APPROX_THRESHOLD",
            "resolve_approx", "check_lowrank_settings"]
 
 #: Defaults of the low-rank path's settings (``fit(..., rank_tol=, max_rank=, landmark_pool=)``).
@@ -313,8 +313,20 @@ def _trace_error(F: np.ndarray) -> float:
     return float(max(0.0, 1.0 - total / max(len(F), 1)))
 
 
+class NystromArm(TwoStageAtoms):
+    """The ranks and diagnostics of a low-rank fold-arm (local or distributed): ``v_map``, ``x_map``, ``trace_error``."""
+
+    @property
+    def ranks(self) -> dict:
+        """Number of landmarks per kernel ("V", and "X" with a first stage)."""
+        return {"V": self.v_map.rank, **({"X": self.x_map.rank} if self.x_map is not None else {})}
+
+    def diagnostics(self) -> dict:
+        return {"jitter": 0.0, "ranks": self.ranks, "trace_error": dict(self.trace_error)}
+
+
 @dataclass(frozen=True, eq=False)
-class LowRankFoldArm(FoldArm, LinearSecondStage):
+class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
     """The ridge CCME of one arm on one fold, with Nyström features in both stages (module docstring).
 
     The n × r arrays, Φ and the first-stage atoms' loadings Ψ₀M, are stored in
@@ -372,29 +384,9 @@ class LowRankFoldArm(FoldArm, LinearSecondStage):
     w0: np.ndarray | None = None
 
     @property
-    def atoms(self) -> np.ndarray:
-        return np.vstack([self.Y1, self.Y0])
-
-    @property
     def _a(self) -> np.ndarray:
         """The Y1 atoms' coefficients in c₁(v) = a ∘ W Φ h(v): a, or a ∘ w with sampling weights."""
         return self.pseudo.a if self.w1 is None else self.pseudo.a * self.w1
-
-    @property
-    def n_atoms(self) -> int:
-        return self.Y1.shape[0] + self.Y0.shape[0]
-
-    @property
-    def units(self) -> np.ndarray:
-        return self.pseudo.rows
-
-    @property
-    def ranks(self) -> dict:
-        """Number of landmarks per kernel ("V", and "X" with a first stage)."""
-        return {"V": self.v_map.rank, **({"X": self.x_map.rank} if self.x_map is not None else {})}
-
-    def diagnostics(self) -> dict:
-        return {"jitter": 0.0, "ranks": self.ranks, "trace_error": dict(self.trace_error)}
 
     def coefficients(self, V_eval, n_threads: int = 0) -> np.ndarray:
         """h(v) = (ΦᵀWΦ + sI)⁻¹ φ(v) (W = I without weights), shape (r, n_eval)."""

@@ -26,7 +26,7 @@ from ..errors import ParameterError
 from ..kernels import Kernel, design_groups, resolve_kernel
 from ..memory import check_allocation
 from ..pseudo import MODES, PseudoOutcome, pseudo_outcome, uses_first_stage
-from .base import CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned
+from .base import CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned, TwoStageAtoms
 from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
 from .lowrank import LOWRANK_DEFAULTS, LowRankFold, check_lowrank_settings, resolve_approx
 
@@ -53,7 +53,7 @@ def apply_first_stage(X1, X0, kernel: Kernel, solved: np.ndarray, n_threads: int
 
 
 @dataclass(frozen=True, eq=False)
-class RidgeFoldArm(FoldArm, LinearSecondStage):
+class RidgeFoldArm(TwoStageAtoms, FoldArm, LinearSecondStage):
     """The ridge CCME of one arm fitted on one cross-fitting fold.
 
     Attributes
@@ -106,18 +106,6 @@ class RidgeFoldArm(FoldArm, LinearSecondStage):
     @property
     def b(self) -> np.ndarray:
         return self.pseudo.b
-
-    @property
-    def atoms(self) -> np.ndarray:
-        return np.vstack([self.Y1, self.Y0])
-
-    @property
-    def n_atoms(self) -> int:
-        return self.Y1.shape[0] + self.Y0.shape[0]
-
-    @property
-    def units(self) -> np.ndarray:
-        return self.pseudo.rows
 
     def diagnostics(self) -> dict:
         return {"jitter": max(self.jitter.values(), default=0.0)}
