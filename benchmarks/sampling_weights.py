@@ -1,7 +1,7 @@
 """Sampling weights on a survey sample: the weighted fit's error against the population truth, and the unweighted one's.
 
     python benchmarks/sampling_weights.py [--n 2000] [--seeds 1 2 3 4 5] [--tune auto]
-    python benchmarks/sampling_weights.py --coverage 100 [--n 1000]
+    python benchmarks/sampling_weights.py --coverage 100 [--n 1000] [--baseline]
 
 The case is ``benchmarks/accuracy/survey.py`` (``SurveyV1``): inclusion in the
 sample depends on a confounder U outside V, so the sample's p(Y^a | V) is not
@@ -17,7 +17,10 @@ target, 199 draws) at V = −1, 0, 1 over 25 outcome values, for the weighted
 and the unweighted fit, against the population's kernel-smoothed density,
 exact here: N(a + v, 1.25) smoothed by the arm's Gaussian read-out kernel of
 bandwidth σ is N(a + v, 1.25 + σ²).  Prints the share of covered points
-(pointwise) and of covered curves (simultaneous) per arm.
+(pointwise) and of covered curves (simultaneous) per arm.  ``--baseline``:
+instead, simple random samples of the population (no selection, no weights)
+and the unweighted fit, the same bands and truth: the calibration the
+package's bands have on this design without weights.
 """
 
 from __future__ import annotations
@@ -54,8 +57,13 @@ def errors(n: int, seed: int, tune="auto", eval_points: int = 300) -> dict:
     return out
 
 
-def coverage(n: int, reps: int, tune="auto", level: float = 0.9) -> dict:
-    """{(weighted, arm): (pointwise coverage, simultaneous coverage)} of the bands over ``reps`` draws."""
+def coverage(n: int, reps: int, tune="auto", level: float = 0.9, baseline: bool = False) -> dict:
+    """{(weighted, arm): (pointwise coverage, simultaneous coverage)} of the bands over ``reps`` draws.
+
+    ``baseline``: simple random samples of the population, fitted without weights (key ("srs", arm)).
+    """
+    from benchmarks.accuracy._base import SyntheticCase
+
     import pandas as pd
     from scipy.stats import norm
 
@@ -63,8 +71,11 @@ def coverage(n: int, reps: int, tune="auto", level: float = 0.9) -> dict:
     v = pd.DataFrame({"v": [-1.0, 0.0, 1.0]})
     hits = {}
     for rep in range(reps):
-        data, formula = case.draw(n, 1000 + rep)
-        for weighted in (True, False):
+        if baseline:
+            data, formula = SyntheticCase.simulate(case, n, 1000 + rep)[0], case.formula
+        else:
+            data, formula = case.draw(n, 1000 + rep)
+        for weighted in ((False,) if baseline else (True, False)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 res = ccme.fit(formula, data, seed=rep, tune=tune, weights=case.weights if weighted else None)
@@ -77,7 +88,7 @@ def coverage(n: int, reps: int, tune="auto", level: float = 0.9) -> dict:
                 truth = norm.pdf(y[None, :], loc=arm + v["v"].to_numpy()[:, None], scale=np.sqrt(1.25 + sigma**2))
                 point = (b.lower <= truth) & (truth <= b.upper)
                 curve = np.all((b.lower_simultaneous <= truth) & (truth <= b.upper_simultaneous), axis=1)
-                acc = hits.setdefault((weighted, arm), [0.0, 0.0, 0])
+                acc = hits.setdefault(("srs" if baseline else weighted, arm), [0.0, 0.0, 0])
                 acc[0] += point.mean()
                 acc[1] += curve.mean()
                 acc[2] += 1
@@ -90,15 +101,16 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--tune", default="auto", choices=["auto", "none"])
     parser.add_argument("--coverage", type=int, default=0, help="draws of the band-coverage study (0: none)")
+    parser.add_argument("--baseline", action="store_true", help="the coverage study on simple random samples")
     args = parser.parse_args(argv)
     if args.coverage:
         started = time.perf_counter()
-        result = coverage(args.n, args.coverage, args.tune)
+        result = coverage(args.n, args.coverage, args.tune, baseline=args.baseline)
         print(f"survey_v1, n = {args.n}, {args.coverage} draws: coverage of the 90 % bands (smoothed target) of "
               "the population's smoothed density at V = -1, 0, 1")
-        for (weighted, arm), (point, sim) in sorted(result.items(), reverse=True):
-            print(f"  {'weighted' if weighted else 'unweighted':>10} arm {arm}: pointwise {point:.3f}, "
-                  f"simultaneous {sim:.3f}")
+        names = {True: "weighted", False: "unweighted", "srs": "SRS, no weights"}
+        for (kind, arm), (point, sim) in result.items():
+            print(f"  {names[kind]:>15} arm {arm}: pointwise {point:.3f}, simultaneous {sim:.3f}")
         print(f"({time.perf_counter() - started:.0f} s)")
         return
     print(f"survey_v1, n = {args.n}, tune = {args.tune!r}: mean ISE against the population truth")
