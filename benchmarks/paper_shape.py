@@ -32,8 +32,9 @@ def main():
     parser.add_argument("--approx", default="auto", choices=["auto", "exact", "lowrank"],
                         help="the ridge's algebra (ccme.estimators.lowrank; 'auto' by n)")
     parser.add_argument("--rank-tol", type=float, default=None, help="the low-rank path's rank_tol")
+    parser.add_argument("--max-rank", type=int, default=None, help="the low-rank path's max_rank")
     args = parser.parse_args()
-    extra = {} if args.rank_tol is None else {"rank_tol": args.rank_tol}
+    extra = {k: v for k, v in (("rank_tol", args.rank_tol), ("max_rank", args.max_rank)) if v is not None}
     data = ccme.datasets.paper_simulation(args.n, seed=1)
     V = np.random.default_rng(7).normal(1.0, 1.0, size=(args.n_eval, 5))
     newdata = pd.DataFrame(V, columns=[f"x{j}" for j in range(1, 6)])

@@ -80,7 +80,7 @@ __all__ = ["STORAGE", "NystromFeatures", "NystromArm", "LowRankFold", "LowRankFo
 #: Defaults of the low-rank path's settings (``fit(..., rank_tol=, max_rank=, landmark_pool=)``).
 LOWRANK_DEFAULTS = {
     "rank_tol": 1e-3,         # largest residual diagonal of the pivoted Cholesky factorisation
-    "max_rank": 1000,         # at most this many landmarks per kernel
+    "max_rank": 800,          # at most this many landmarks per kernel (memory at n = 10⁶: 2 n r float32)
     "landmark_pool": 50000,   # landmarks chosen among at most this many (seeded) units
 }
 #: ``approx="auto"`` takes the low-rank path above this many units.  Measured
@@ -175,8 +175,8 @@ class NystromFeatures:
     @classmethod
     @_serial_blas
     def select(cls, X, kernel: Kernel, *, rank_tol: float, max_rank: int, pool: int, seed: int,
-               n_threads: int = 0) -> tuple["NystromFeatures", np.ndarray]:
-        """Landmarks for the rows of ``X`` and their features φ(X) (n × r).
+               n_threads: int = 0, dtype=np.float64) -> tuple["NystromFeatures", np.ndarray]:
+        """Landmarks for the rows of ``X`` and their features φ(X) (n × r; ``dtype`` beyond the pool).
 
         A pivoted Cholesky factorisation of k on a seeded pool of at most
         ``pool`` rows (all rows below that size: then φ(X) are the factor's
@@ -197,16 +197,16 @@ class NystromFeatures:
                        factor=np.ascontiguousarray(L[pivots]), residual=float(residual))
         if n <= pool:
             return features, np.ascontiguousarray(L)
-        check_allocation(8.0 * n * max_rank, f"the Nyström features ({n} × up to {max_rank})")
-        Phi = features(X, n_threads)
+        check_allocation(np.dtype(dtype).itemsize * n * max_rank, f"the Nyström features ({n} × up to {max_rank})")
+        Phi, left = features.with_residuals(X, n_threads, dtype)
         for _ in range(_ROUNDS):
-            worst = worst_covered(1.0 - np.einsum("ij,ij->i", Phi, Phi), rank_tol)
+            worst = worst_covered(left, rank_tol)
             if worst.size == 0 or features.rank >= max_rank:
                 break
             features = features.extended(X[np.sort(worst)], rank_tol=rank_tol, max_rank=max_rank,
-                                          n_threads=n_threads)
-            Phi = features(X, n_threads)
-        return replace(features, residual=float(np.max(1.0 - np.einsum("ij,ij->i", Phi, Phi), initial=0.0))), Phi
+                                         n_threads=n_threads)
+            Phi, left = features.with_residuals(X, n_threads, dtype)
+        return replace(features, residual=float(np.max(left, initial=0.0))), Phi
 
     def extended(self, C, *, rank_tol: float, max_rank: int, n_threads: int = 0) -> "NystromFeatures":
         """The greedy pivoted Cholesky factorisation continued on the candidate rows ``C``.
@@ -244,14 +244,26 @@ class NystromFeatures:
         return NystromFeatures(kernel=self.kernel, landmarks=np.ascontiguousarray(Z), factor=factor,
                                residual=float(np.max(left, initial=0.0)))
 
-    def __call__(self, X, n_threads: int = 0) -> np.ndarray:
-        """φ(X), shape (len(X), r), a block of rows at a time."""
-        out = np.empty((len(X), self.rank))
+    def __call__(self, X, n_threads: int = 0, dtype=np.float64) -> np.ndarray:
+        """φ(X), shape (len(X), r), a block of rows at a time, stored as ``dtype``."""
+        return self.with_residuals(X, n_threads, dtype)[0]
+
+    def with_residuals(self, X, n_threads: int = 0, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+        """(φ(X) stored as ``dtype``, the residual diagonals 1 − ‖φ(x)‖² in float64).
+
+        Each block is formed in float64 and rounded once, so a float32 result
+        never has a float64 twin of its size in memory (at n = 10⁶ that twin
+        was the fit's peak), and the residuals do not depend on ``dtype``.
+        """
+        out = np.empty((len(X), self.rank), dtype=dtype)
+        left = np.empty(len(X))
         for s in range(0, len(X), _ROWS):
             K = _backend.gram(self.landmarks, X[s:s + _ROWS], self.kernel.name, self.kernel.bandwidth_array,
                               n_threads=n_threads)
-            out[s:s + _ROWS] = solve_triangular(self.factor, K, lower=True, check_finite=False).T
-        return out
+            block = solve_triangular(self.factor, K, lower=True, check_finite=False).T
+            out[s:s + _ROWS] = block
+            left[s:s + _ROWS] = 1.0 - np.einsum("ij,ij->i", block, block)
+        return out, left
 
     STATE_SCHEMA = "ccme.NystromFeatures"
     STATE_VERSION = 1
@@ -558,7 +570,8 @@ class LowRankFold(FoldFit):
     def _select(self, X, kernel: Kernel, salt: int):
         s = self.settings
         return NystromFeatures.select(X, kernel, rank_tol=s["rank_tol"], max_rank=s["max_rank"],
-                                      pool=s["landmark_pool"], seed=self.seed + salt, n_threads=self.data.n_threads)
+                                      pool=s["landmark_pool"], seed=self.seed + salt, n_threads=self.data.n_threads,
+                                      dtype=STORAGE)
 
     @_serial_blas
     def _features(self, rows: np.ndarray, key):
@@ -566,7 +579,7 @@ class LowRankFold(FoldFit):
         if key not in self._second_stage:
             V = self.data.design.V[rows]
             v_map, Phi = self._select(V, self.v_kernel, salt=1)
-            Phi = Phi.astype(STORAGE)
+            Phi = Phi.astype(STORAGE, copy=False)
             self._second_stage[key] = (v_map, Phi, _trace_error(Phi))
         return self._second_stage[key]
 
@@ -595,7 +608,7 @@ class LowRankFold(FoldFit):
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
             X0, X1 = Xo[rows0], Xo[rows]
             x_map, Psi0 = self._select(X0, self.x_kernel, salt=2 + arm)
-            Psi0 = Psi0.astype(STORAGE)
+            Psi0 = Psi0.astype(STORAGE, copy=False)
             w0 = None if weights is None else np.ascontiguousarray(weights[rows0], dtype=np.float64)
             shift0 = len(rows0) * self.lam0[arm] if w0 is None else float(np.sum(w0)) * self.lam0[arm]
             chol0 = _gram_chol(Psi0, shift0, w0)
