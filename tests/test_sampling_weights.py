@@ -339,3 +339,11 @@ def test_weighted_fit_recovers_the_population_on_the_survey_case():
     e = errors(2000, 1, tune="auto", eval_points=100)
     ratio = np.sqrt(e[(True, 1)] / e[(False, 1)] * e[(True, 0)] / e[(False, 0)])
     assert ratio <= 0.7
+
+
+def test_a_weights_column_is_not_a_covariate_of_dot(data):
+    """``.`` means every other column: a weights column named in ``weights=`` is left out of X."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ccme.fit("y ~ a | x1 | .", data[["y", "a", "x1", "x2", "x3", "w"]], weights="w", seed=2, tune="none")
+    assert "w" not in res.design.x_names and {"x2", "x3"} <= set(res.design.x_names)

@@ -315,8 +315,9 @@ def fit(
     rng = np.random.default_rng(seed)
 
     # design and folds
+    # A weights column is not a covariate: "." (every other column) leaves it out.
     design = build_design(parse_formula(formula, getattr(data, "columns", [])), data, treated=treated,
-                          na_action=na_action)
+                          na_action=na_action, exclude=(weights,) if isinstance(weights, str) else ())
     sampling = resolve_weights(weights, data, design.data_rows)
     sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
     if sw is not None:

@@ -623,8 +623,12 @@ def _treatment_column(data: pd.DataFrame, name: str, treated) -> tuple[np.ndarra
     return a, Treatment(column=name, level=level, control_level=control)
 
 
-def build_design(formula: Formula, data, *, treated=None, na_action: str = "raise") -> Design:
-    """Evaluate a parsed formula on ``data`` (which is never modified)."""
+def build_design(formula: Formula, data, *, treated=None, na_action: str = "raise", exclude=()) -> Design:
+    """Evaluate a parsed formula on ``data`` (which is never modified).
+
+    ``exclude`` names columns that ``.`` (every column not used elsewhere)
+    leaves out, such as the sampling-weights column of ``fit(weights=...)``.
+    """
     if not isinstance(data, pd.DataFrame):
         if isinstance(data, dict):
             data = pd.DataFrame(data)
@@ -655,7 +659,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
     x3_formula = None
     if formula.confounders:
         # Parse the whole text again, now telling `.` which columns are left.
-        rest = [c for c in columns if c not in used]
+        rest = [c for c in columns if c not in used and c not in set(map(str, exclude))]
         context = {"__formulaic_variables_available__": rest, "__formulaic_variables_used_lhs__": []}
         try:
             x3_formula = formulaic.Formula(formula.text, _parser=parser, _context=context).rhs[2]
