@@ -100,17 +100,21 @@ import numpy as np
 import ccme
 warnings.simplefilter("ignore")
 data = ccme.datasets.paper_simulation(250, seed=11)
-res = ccme.fit({formula!r}, data, seed=7, tune={tune!r})
+res = ccme.fit({formula!r}, data, seed=7, tune={tune!r}, approx={approx!r}, landmark_pool=60, max_rank=60)
 grid = res.default_grid(80)
 np.savez(sys.argv[1], d1=res.density(grid, arm=1, normalize=False), d0=res.density(grid, arm=0, normalize=False),
          m1=res.mean(arm=1), scores=res.propensity_scores)
 """
 
 
-def test_same_result_across_omp_num_threads(tmp_path):
-    """Fresh processes with OMP_NUM_THREADS = 1, 2, 4 (OpenMP and BLAS pools sized at start-up) agree bit for bit."""
+@pytest.mark.parametrize("approx", ["exact", "lowrank"])
+def test_same_result_across_omp_num_threads(tmp_path, approx):
+    """Fresh processes with OMP_NUM_THREADS = 1, 2, 4 (OpenMP and BLAS pools sized at start-up) agree bit for bit.
+
+    The low-rank path with a landmark pool smaller than n, so that its extension rounds run too.
+    """
     script = tmp_path / "fit.py"
-    script.write_text(_SCRIPT.format(formula=FORMULA, tune={**TUNE, "y_bandwidth": [0.5, 1.0]}))
+    script.write_text(_SCRIPT.format(formula=FORMULA, tune={**TUNE, "y_bandwidth": [0.5, 1.0]}, approx=approx))
     outputs = []
     for threads in (1, 2, 4):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
