@@ -8,7 +8,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 import ccme
-from ccme.distributed import DistributedLowRankFoldArm, check_dask_data
+from ccme.distributed import DistributedLowRankFoldArm
 from ccme.errors import NotFittedError, ParameterError
 from ccme.estimators.lowrank import LowRankFoldArm
 
@@ -142,8 +142,21 @@ def test_refusals_without_a_cluster(data):
     with pytest.raises(ParameterError, match="must be a dask.distributed.Client"):
         _fit(data, client="tcp://127.0.0.1:8786")
 
-    class DaskFrame:  # the module of dask's DataFrame (dask.dataframe needs pyarrow, not a test dependency)
-        __module__ = "dask.dataframe.dask_expr._collection"
 
-    with pytest.raises(ParameterError, match=r"data.compute\(\)"):
-        check_dask_data(DaskFrame())
+def test_a_dask_dataframe_is_the_same_fit(client, data):
+    """A dask DataFrame as data: the formula's columns computed once, then the same fit as from pandas."""
+    import dask.array
+    import dask.dataframe
+
+    frame = data.assign(unused=np.arange(len(data)))
+    lazy = dask.dataframe.from_pandas(frame, npartitions=4)
+    from_pandas = _fit(frame, client=client, partitions=3)
+    from_dask = _fit(lazy, client=client, partitions=3)
+    grid = from_pandas.default_grid(50)
+    for arm in (1, 0):
+        np.testing.assert_array_equal(from_dask.density(grid, arm=arm), from_pandas.density(grid, arm=arm))
+    assert "unused" not in from_dask.design.x_names
+    local = _fit(lazy, approx="lowrank")  # without a client: dask's default scheduler computes the columns
+    np.testing.assert_array_equal(local.density(grid, arm=1), _fit(frame, approx="lowrank").density(grid, arm=1))
+    with pytest.raises(ParameterError, match="not a dask DataFrame"):
+        _fit(dask.array.zeros((10, 3)), client=client)

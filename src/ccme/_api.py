@@ -18,7 +18,7 @@ from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS, get_estimator
 from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
-from .distributed import check_dask_data, cluster_estimator
+from .distributed import cluster_estimator, local_frame
 from .formula import build_design, parse_formula
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics, resolve_clip
@@ -67,7 +67,8 @@ def fit(
         variables V | further confounders (X = V ∪ the last part; ``.`` there
         means every other column).  ``y1 + y2 ~ ...`` for a multivariate outcome.
     data : DataFrame
-        The data; never modified.
+        The data (pandas, or dask: ``ccme.distributed.local_frame`` computes
+        the columns the formula reads); never modified.
     method : {"ridge", "deep_feature", "neural_kernel"}, default "ridge"
         The CCME estimator (paper, Section "Three Practical Estimators").  The
         neural ones need PyTorch (``pip install "ccme[neural]"``).
@@ -253,8 +254,9 @@ def fit(
         propensity and tuning run here as for a local fit.  The result equals
         ``fit(..., approx="lowrank")`` with the same seed (up to the order of
         sums, about 1e-14 relative); its arrays stay on the cluster while the
-        client is open, ``res.save`` gathers them.  ``data`` must be a pandas
-        DataFrame (a dask DataFrame: pass ``data.compute()``).
+        client is open, ``res.save`` gathers them.  ``data`` may be a pandas
+        or a dask DataFrame (:func:`ccme.distributed.local_frame`: the columns
+        the formula reads are computed once, here, for the design).
     partitions : int or None, default None
         Row partitions of a fit with ``client`` (None: two per worker thread).
 
@@ -296,7 +298,7 @@ def fit(
     estimator = get_estimator(method)
     if client is not None or partitions is not None:
         estimator = cluster_estimator(estimator, client=client, partitions=partitions)
-    check_dask_data(data)
+    data = local_frame(data, formula, weights=weights, client=client)
     check_mode(mode)
     if not (isinstance(clip, str) and clip == "auto") and (
             isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0.0 <= clip < 0.5):

@@ -127,25 +127,47 @@ def cluster_estimator(estimator, *, client, partitions):
     return DistributedRidgeEstimator(client, None if partitions is None else int(partitions))
 
 
-def check_dask_data(data) -> None:
-    """Refuse a Dask collection as ``data``: the design is built from a pandas DataFrame on the client.
+def local_frame(data, formula, *, weights=None, client=None):
+    """``data`` as a pandas DataFrame: a dask DataFrame's columns that the fit reads, computed.
+
+    ``fit`` builds its design, folds, propensity and tuning on the client (the
+    tuning and the landmark pool are subsampled, so they are bounded), so a
+    dask DataFrame contributes the columns the formula names (``.``
+    expanded against its columns) and a weights column, computed once, in
+    partition order, through ``client`` when given (else dask's default
+    scheduler).  The n × r work of the low-rank path then runs on the
+    workers as for a pandas DataFrame.  Anything else is returned as it is.
 
     Parameters
     ----------
     data : object
         ``fit``'s data.
+    formula : str
+    weights : str, array or None
+        ``fit``'s weights (a column name is gathered too).
+    client : dask.distributed.Client or None
+
+    Returns
+    -------
+    pandas.DataFrame or ``data``
 
     Raises
     ------
     ParameterError
-        For a dask DataFrame (or any other Dask collection), suggesting ``.compute()``.
+        For a Dask collection that is not a DataFrame (an array, a bag).
     """
-    if type(data).__module__.split(".")[0] in ("dask", "dask_expr"):
-        raise ParameterError(
-            f"`data` is a Dask collection ({type(data).__name__}); building the design on the workers is not "
-            "supported yet: pass data.compute() (a pandas DataFrame) together with client=client, and the "
-            "low-rank fit's n x r work still runs on the cluster"
-        )
+    if type(data).__module__.split(".")[0] not in ("dask", "dask_expr"):
+        return data
+    if not (hasattr(data, "columns") and hasattr(data, "npartitions")):
+        raise ParameterError(f"`data` is a Dask collection ({type(data).__name__}) but not a dask DataFrame; pass a "
+                             "dask or pandas DataFrame")
+    from .formula import parse_formula
+
+    needed = {str(v) for v in parse_formula(formula, data.columns)._parsed.required_variables}
+    if isinstance(weights, str):
+        needed.add(weights)
+    selected = data[[c for c in data.columns if str(c) in needed]]
+    return client.compute(selected).result() if client is not None else selected.compute()
 
 
 # ---------------------------------------------------------------------------
