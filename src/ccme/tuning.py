@@ -1393,17 +1393,24 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                     own_share = (1.0 - w) * k_y[left, cols] + w * k_y[left + 1, cols]
                     at_y = np.einsum("bj,bj->j", mass, k_y) - own * own_share
                     total[i] += scale * np.sum(omega * (square - 2.0 * at_y))
-            best = _best(total)
-            out[arm] = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
-                              f"{base.rule} x {factors[best]:g}, weighted ISE-CV")
-            curves.append(TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
-                                      base.bandwidth_array[0] * factors[best], arm, None))
+            out[arm], curve = _chosen_y_bandwidth(base, factors, total, arm)
+            curves.append(curve)
     return out, curves
 
 
 # ---------------------------------------------------------------------------
 # outcome bandwidth by weighted least-squares cross-validation
 # ---------------------------------------------------------------------------
+def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, total: np.ndarray, arm: int):
+    """The read-out kernel at the factor minimising the weighted ISE-CV ``total``, and its curve."""
+    best = _best(total)
+    kernel = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
+                    f"{base.rule} x {factors[best]:g}, weighted ISE-CV")
+    curve = TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
+                        base.bandwidth_array[0] * factors[best], arm, None)
+    return kernel, curve
+
+
 def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, factors, seed, n_threads=0,
                            weighted=True, sampling_weights=None):
     """Choose each arm's read-out bandwidth σ_y (a factor of ``base``) by weighted least-squares CV.
@@ -1450,11 +1457,8 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
                     k_y[own[cols], cols] = 0.0
                 at_y = np.einsum("kj,kj->j", c, k_y)
                 total[i] += scale * np.sum(omega * (square - 2.0 * at_y))
-        best = _best(total)
-        kernels[arm] = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
-                              f"{base.rule} x {factors[best]:g}, weighted ISE-CV")
-        curves.append(TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
-                                  base.bandwidth_array[0] * factors[best], arm, None))
+        kernels[arm], curve = _chosen_y_bandwidth(base, factors, total, arm)
+        curves.append(curve)
     return kernels, curves
 
 
