@@ -3,6 +3,10 @@
 - :func:`paper_simulation` (with :func:`paper_simulation_density`, the exact
   conditional density, and :func:`paper_simulation_ise`): the paper's
   simulation of Section "Analysis of Double Robustness".
+- :func:`three_arm_simulation` (with :func:`three_arm_density`, the exact
+  conditional density, :func:`three_arm_ise`, :data:`THREE_ARM_PROFILES` and
+  :data:`THREE_ARM_LEVELS`): a placebo / low / high dose treatment confounded
+  by covariates outside V, exact truth Y^a | V as a normal mixture.
 - :func:`ihdp_surface_b` (with :func:`ihdp_density`): IHDP covariates with
   Hill's response surface B, exact truth Y^a | X ~ N(μ_a(X), 1).
 - :func:`load_nsw`, :func:`load_nhefs`, :func:`load_ihdp_covariates`: real data
@@ -18,12 +22,18 @@ outcomes, true propensity or conditional means):
 from .ihdp import IHDP_BINARY, IHDP_CONTINUOUS, ihdp_density, ihdp_surface_b
 from .paper import PAPER_PROFILES, paper_simulation, paper_simulation_density, paper_simulation_ise
 from .real import load_ihdp_covariates, load_nhefs, load_nsw
+from .three_arm import THREE_ARM_LEVELS, THREE_ARM_PROFILES, three_arm_density, three_arm_ise, three_arm_simulation
 
 __all__ = [
     "paper_simulation",
     "paper_simulation_density",
     "paper_simulation_ise",
     "PAPER_PROFILES",
+    "three_arm_simulation",
+    "three_arm_density",
+    "three_arm_ise",
+    "THREE_ARM_PROFILES",
+    "THREE_ARM_LEVELS",
     "ihdp_surface_b",
     "ihdp_density",
     "IHDP_CONTINUOUS",
