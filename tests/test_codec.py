@@ -438,11 +438,22 @@ def test_formula_with_edited_parts_is_refused():
 
 
 def test_treatment_round_trip(tmp_path):
-    for treatment in (Treatment("a", 1, 0), Treatment("arm", "drug", "placebo"), Treatment("t", True, False),
-                      Treatment("d", 2.5, np.int64(1))):
+    for treatment in (Treatment("a", (0, 1), 0), Treatment("arm", ("placebo", "drug"), "placebo"),
+                      Treatment("t", (False, True), False), Treatment("d", (np.int64(1), 2.5), np.int64(1)),
+                      Treatment("dose", ("none", "low", "high"), "low"), Treatment("k", (0, 1, 2, 3), 0)):
         back = _round_trip(treatment, tmp_path)
         assert back == treatment
-        _assert_same_fields(treatment, back, ("column", "level", "control_level"))
+        _assert_same_fields(treatment, back, ("column", "level", "control_level", "reference", "arms"))
+        for level in treatment.levels:
+            assert type(back.levels[treatment.levels.index(level)]) is type(level)
+
+
+def test_treatment_reads_version_1():
+    """A binary treatment saved before k-level treatments (version 1) loads as the same two levels."""
+    state = {"schema": "ccme.Treatment", "version": 1, "column": "a", "level": "drug", "control_level": "placebo"}
+    back = Treatment.from_state(state)
+    assert back == Treatment("a", ("placebo", "drug"), "placebo")
+    assert (back.level, back.control_level, back.arms) == ("drug", "placebo", (1, 0))
 
 
 def test_design_round_trip(tmp_path, frame, design):

@@ -69,10 +69,15 @@ def test_formula_not_a_string(data):
 
 
 def test_treatment_checks(data):
-    with pytest.raises(DataError, match="exactly two levels; it has 1"):
+    with pytest.raises(DataError, match="at least two levels; it has 1"):
         ccme.fit(F, data.assign(a=1), seed=1)
-    with pytest.raises(DataError, match="exactly two levels; it has 3"):
-        ccme.fit(F, data.assign(a=np.arange(len(data)) % 3), seed=1)
+    with pytest.raises(DataError, match="a continuous dose is not supported"):
+        ccme.fit(F, data.assign(a=np.arange(len(data)) * 0.5), seed=1)
+    three = data.assign(a=np.arange(len(data)) % 3)  # three levels: three arms, named by their levels
+    with pytest.raises(ParameterError, match="use reference=<level>"):
+        ccme.fit(F, three, seed=1, treated=2)
+    with pytest.raises(ParameterError, match="is not a level"):
+        ccme.fit(F, three, seed=1, reference=5, tune="none")
     strings = data.assign(a=np.where(data["a"] == 1, "job", "none"))
     with pytest.raises(DataError, match="treated=<level>"):
         ccme.fit(F, strings, seed=1)

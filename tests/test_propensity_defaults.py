@@ -89,7 +89,7 @@ def test_selection_uses_only_nuisance_rows(data, monkeypatch):
     """Every fit and every cross-validation prediction of "auto" is on rows of the fold's nuisance part."""
     frame = data.assign(rid=1000.0 + np.arange(len(data)))  # the row, recognisable among the covariates
     fits, predictions = [], []
-    real_fit, real_proba = ps._quiet_fit, ps._proba1
+    real_fit, real_proba = ps._quiet_fit, ps._proba
 
     def rows_of(X):
         X = np.asarray(X)
@@ -99,12 +99,12 @@ def test_selection_uses_only_nuisance_rows(data, monkeypatch):
         fits.append(rows_of(X))
         return real_fit(model, X, y, **kw)
 
-    def spy_proba(model, X, **kw):
+    def spy_proba(model, X, *args, **kw):
         predictions.append(rows_of(X))
-        return real_proba(model, X, **kw)
+        return real_proba(model, X, *args, **kw)
 
     monkeypatch.setattr(ps, "_quiet_fit", spy_fit)
-    monkeypatch.setattr(ps, "_proba1", spy_proba)
+    monkeypatch.setattr(ps, "_proba", spy_proba)
     res = ccme.fit("y ~ a | x1 | x2 + x3 + rid", frame, seed=7, tune="none", propensity_covariates=["rid", "x2", "x3"],
                    propensity="auto")
     nuisance = [set(f.nuisance) for f in res.folds]

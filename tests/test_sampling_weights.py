@@ -323,8 +323,9 @@ def test_hajek_normalisation_is_weighted(data):
     normalised = hajek_scores(scores, A, res.folds, w)
     for fold in res.folds:
         t = fold.target
-        omega = np.where(A[t] == 1, 1.0 / normalised[t], 0.0)
-        np.testing.assert_allclose(np.sum(w[t] * omega) / np.sum(w[t]), 1.0)
+        for arm in (1, 0):  # column j: arm j's normalised probability (ccme.propensity.arm_probabilities)
+            omega = np.where(A[t] == arm, 1.0 / normalised[t, arm], 0.0)
+            np.testing.assert_allclose(np.sum(w[t] * omega) / np.sum(w[t]), 1.0)
 
 
 # -- the must-show: the survey sample -----------------------------------------------------------------------

@@ -49,6 +49,7 @@ def fit(
     normalize_weights: bool = False,
     weights=None,
     treated=None,
+    reference=None,
     na_action: str = "raise",
     propensity_covariates=None,
     outcome_covariates=None,
@@ -58,7 +59,13 @@ def fit(
     partitions=None,
     **hyperparameters,
 ) -> CCMEResult:
-    """Estimate the conditional counterfactual distributions p(Y¹ | V) and p(Y⁰ | V).
+    """Estimate the conditional counterfactual distributions p(Y^a | V) of every arm a.
+
+    A binary treatment has the arms 1 (treated) and 0 (control); a treatment
+    column with k ≥ 3 levels (strings, a categorical, integers) has one arm per
+    level, each estimated with its generalised propensity π_a(x) = P(A = a | X = x)
+    (Imbens, 2000) in the arm's pseudo-outcome, and the functionals take
+    ``arm=<level>``, the effects and tests ``arms=(level, other level)``.
 
     Parameters
     ----------
@@ -90,7 +97,11 @@ def fit(
         cross-fitting (not the tuning).  Repetition r ≥ 1 is seeded by
         (seed, r), so ``n_rep=1`` is the fit without repetitions, bit for bit.
     propensity : str, classifier or array, default "forest"
-        How π(x) = P(A = 1 | X = x) is estimated (on each fold's nuisance part).
+        How π(x) = P(A = 1 | X = x) is estimated (on each fold's nuisance part);
+        for k ≥ 3 arms every named learner is the multinomial one (the forest's and
+        the boosting's own multiclass fits, multinomial logistic regression), giving
+        each arm's π_a(x), and known scores are an (n, k) matrix, columns in the
+        levels' order.
         "forest" (default): a random forest (100 trees, depth 4, as the paper).
         It was chosen on the accuracy zoo's "choose" cases
         (``benchmarks/accuracy/results/choose.txt``: 7 cases, both arms, 3
@@ -182,7 +193,13 @@ def fit(
         kept as ``res.sampling_weights`` and saved with the result.
     treated : optional, default None
         The level of the treatment column that counts as A = 1 (needed for a
-        two-level column that is not 0/1 or boolean).
+        two-level column that is not 0/1 or boolean, unless ``reference`` names
+        the control).
+    reference : optional, default None
+        The level the other arms are compared with (R's treatment contrasts):
+        by default the first level (a categorical's first category, else the
+        smallest value); for a binary treatment, the control (the other level
+        is then the treated one).
     na_action : {"raise", "drop"}, default "raise"
         Missing or infinite values in the used columns raise an error, or the
         rows are dropped with a warning.
@@ -319,15 +336,18 @@ def fit(
     # design and folds
     # A weights column is not a covariate: "." (every other column) leaves it out.
     design = build_design(parse_formula(formula, getattr(data, "columns", [])), data, treated=treated,
-                          na_action=na_action, exclude=(weights,) if isinstance(weights, str) else ())
+                          reference=reference, na_action=na_action,
+                          exclude=(weights,) if isinstance(weights, str) else ())
+    treatment = design.treatment
+    arm_names = {arm: treatment.arm_name(arm) for arm in treatment.arms}
     sampling = resolve_weights(weights, data, design.data_rows)
     sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
     if sw is not None:
         options = weighted_options(method, options, distributed=client is not None or partitions is not None)
     fold_list = make_folds(design.n, folds, rng)
-    _check_arm_sizes(design.A)
-    check_fold_arms(design.A, fold_list, mode)
-    check_arm_support(design.X, design.x_names, design.A)
+    _check_arm_sizes(design.A, arm_names)
+    check_fold_arms(design.A, fold_list, mode, arm_names)
+    check_arm_support(design.X, design.x_names, design.A, arm_names)
     prop_cols = _covariate_columns(design, propensity_covariates)
     out_cols = _covariate_columns(design, outcome_covariates)
     Xo = np.ascontiguousarray(design.X[:, out_cols])
@@ -339,14 +359,16 @@ def fit(
                                  + (f" x {n_rep} repetitions)" if n_rep > 1 else ")"))
 
     # propensity: cross-fitted scores, overlap diagnostics, clipping and trimming
-    prop_model = make_propensity(propensity, design.n, rng.integers(2**31 - 1), weighted=sw is not None)
+    prop_model = make_propensity(propensity, design.n, rng.integers(2**31 - 1), weighted=sw is not None,
+                                 k=treatment.k)
     prop_started = time.perf_counter()
     selections = []
     scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list, selections=selections,
                               sample_weight=sw)
     prop_seconds = time.perf_counter() - prop_started
     clip, clip_rule = resolve_clip(clip, scores, design.A, trim=trim)
-    report = calibration_report(prop_model.key, scores, design.A, [s for s in selections if s is not None])
+    report = calibration_report(prop_model.key, scores, design.A, [s for s in selections if s is not None],
+                                reference=treatment.reference_code)
     overlap = overlap_diagnostics(scores, design.A, clip, warn=uses_propensity(mode), trim=trim, clip_rule=clip_rule,
                                   report=report, normalized=bool(normalize_weights), sampling_weights=sw)
     weighting = dict(design=design, mode=mode, trim=trim, normalize_weights=normalize_weights, Xo=Xo,
@@ -390,7 +412,8 @@ def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, nor
                        sampling_weights):
     """The folds without the trimmed units, and the CrossFitData of the clipped (Hájek-normalised) scores."""
     if kept is not None:
-        fold_list = trim_folds(fold_list, kept, design.A, mode, trim)
+        fold_list = trim_folds(fold_list, kept, design.A, mode, trim,
+                               {arm: design.treatment.arm_name(arm) for arm in design.arms})
     weights_from = clip_scores(scores, clip)
     if normalize_weights:
         weights_from = hajek_scores(weights_from, design.A, fold_list, sampling_weights)
@@ -416,11 +439,10 @@ def _repetition(seed, r: int, *, folds, prop_model, prop_cols, clip, estimator, 
     return cross_fit(estimator, params, data, fold_list, rng.integers(2**31 - 1, size=len(fold_list)), {})
 
 
-def _check_arm_sizes(A) -> None:
-    for arm in (1, 0):
+def _check_arm_sizes(A, names) -> None:
+    for arm, label in names.items():
         count = int(np.sum(A == arm))
         if count < _MIN_ARM_UNITS:
-            label = "treated" if arm == 1 else "control"
             raise DataError(
                 f"the {label} arm has {count} unit(s); at least {_MIN_ARM_UNITS} are needed to estimate its distribution"
             )

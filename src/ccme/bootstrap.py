@@ -97,7 +97,7 @@ _CHUNK_DOUBLES = 1 << 22
 # per-fold linear structure (ccme.estimators.base.LinearSecondStage)
 # ---------------------------------------------------------------------------
 def _linear_parts(res, arm: int) -> list:
-    parts = res.embedding(arm).parts
+    parts = res.embeddings[arm].parts
     if not all(isinstance(p, LinearSecondStage) for p in parts):
         supported = sorted(name for name, est in ESTIMATORS.items() if est.supports_bootstrap)
         raise ParameterError(
@@ -156,7 +156,7 @@ def iterated_tikhonov(part: LinearSecondStage, beta: np.ndarray, order: int, n_t
 
 def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, first_stage: bool = False) -> list:
     parts = _linear_parts(res, arm)
-    n_threads = res.embedding(arm).n_threads
+    n_threads = res.embeddings[arm].n_threads
     out = []
     for part in parts:
         P = part.unit_features(points, feature, kernel, n_threads)
@@ -319,7 +319,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
         raise ParameterError(f"`feature` must be 'density' or 'cdf'; got {feature!r}")
     how = _bias_reduction(target)
     floor = SD_FLOOR if how else 0.0
-    kernel = res.embedding(arm).y_kernel  # the kernel the arm's density and CDF are read out with
+    kernel = res.embeddings[arm].y_kernel  # the kernel the arm's density and CDF are read out with
     lin = _linear(res, arm, V, y, feature, kernel, **how)
     lin_mass = _mass_linear(res, arm, V, **how)
     g = _multipliers(res.n, n_boot, seed)
@@ -437,8 +437,22 @@ def _mmd_grid(res):
     return t, np.full(len(t), s / 2), s
 
 
-def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed) -> EffectTest:
-    """The multiplier-bootstrap test of no distributional effect (see :meth:`ccme.CCMEResult.test_effect`)."""
+def _roles(arms) -> dict:
+    """{1: a, 0: b}: the compared arm a in the role of "treated" (1), the reference b in that of "control" (0).
+
+    The contrasts below are written for the roles 1 − 0; ``arms`` (the codes
+    (a, b) of :meth:`ccme.formula.Treatment.contrast`) says which arms play them.
+    """
+    a, b = arms
+    return {1: int(a), 0: int(b)}
+
+
+def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed, arms=(1, 0)) -> EffectTest:
+    """The multiplier-bootstrap test of no distributional effect (see :meth:`ccme.CCMEResult.test_effect`).
+
+    ``arms``: the codes (a, b) of the two arms compared (:func:`_roles`).
+    """
+    role = _roles(arms)
     _check_boot(n_boot)
     if statistic not in STATISTICS:
         raise ParameterError(f"`statistic` must be one of {list(STATISTICS)}; got {statistic!r}")
@@ -450,7 +464,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed)
                 "grid); use statistic='mean' for a multivariate outcome"
             )
         t, w, s = _mmd_grid(res)
-        lin = {arm: _linear(res, arm, V, t[:, None], "density", Kernel("gaussian", (s,))) for arm in (1, 0)}
+        lin = {arm: _linear(res, role[arm], V, t[:, None], "density", Kernel("gaussian", (s,))) for arm in (1, 0)}
         diff = sum(p.estimate() for p in lin[1]) - sum(p.estimate() for p in lin[0])
         observed = (diff**2) @ w
         boot = np.empty((len(V), n_boot))
@@ -459,7 +473,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed)
             boot[e] = (Z**2) @ w
     else:
         d = res.design.Y.shape[1]
-        lin = {arm: _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d))
+        lin = {arm: _linear(res, role[arm], V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d))
                for arm in (1, 0)}
         observed = np.zeros(len(V))
         boot = np.zeros((len(V), n_boot))
@@ -488,7 +502,8 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed)
 # ---------------------------------------------------------------------------
 # quantile treatment effects
 # ---------------------------------------------------------------------------
-def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: float, n_boot: int, seed):
+def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: float, n_boot: int, seed,
+              arms=(1, 0)):
     """Quantile treatment effects Q₁(q | v) − Q₀(q | v) with pointwise bootstrap bands.
 
     Each draw perturbs both arms' raw CDFs and masses by the multiplier
@@ -503,11 +518,12 @@ def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: flo
     """
     _check_boot(n_boot, level)
     g = _multipliers(res.n, n_boot, seed)
+    role = _roles(arms)
     lin, lin_mass, raw, mass = {}, {}, {}, {}
     for arm in (1, 0):
-        kernel = res.embedding(arm).y_kernel  # each arm's CDF as read out
-        lin[arm] = _linear(res, arm, V, grid[:, None], "cdf", kernel)
-        lin_mass[arm] = _mass_linear(res, arm, V)
+        kernel = res.embeddings[role[arm]].y_kernel  # each arm's CDF as read out
+        lin[arm] = _linear(res, role[arm], V, grid[:, None], "cdf", kernel)
+        lin_mass[arm] = _mass_linear(res, role[arm], V)
         raw[arm] = sum(p.estimate() for p in lin[arm])
         mass[arm] = sum(p.estimate() for p in lin_mass[arm])[:, :1]
     qte = invert_cdf(normalized_cdf(raw[1], mass[1]), grid, q) - invert_cdf(normalized_cdf(raw[0], mass[0]), grid, q)
@@ -554,7 +570,7 @@ def _interval(estimate, estimate_star_grid, star, level, floor=None) -> Interval
 
 
 def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level: float, n_boot: int, seed,
-                     alpha=(), target: str = "smoothed") -> dict:
+                     alpha=(), target: str = "smoothed", arms=(1, 0)) -> dict:
     """Multiplier-bootstrap intervals for the effects of :func:`ccme.effects.effect_frame`.
 
     Each draw perturbs both arms' second stages with the same multipliers per
@@ -584,6 +600,8 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     n_boot : int
     seed : int
     target : {"smoothed", "regularised"}
+    arms : pair of int
+        The codes (a, b) of the arms compared, a − b (:func:`_roles`).
 
     Returns
     -------
@@ -591,25 +609,27 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
         term → list of :class:`Interval`, one per column of the term's estimate.
     """
     _check_boot(n_boot, level)
+    role = _roles(arms)
     how = _bias_reduction(target)
     d = res.design.Y.shape[1]
     g = _multipliers(res.n, n_boot, seed)
     one_dim = d == 1
-    lin_m = {arm: _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d), **how)
+    lin_m = {arm: _linear(res, role[arm], V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d), **how)
              for arm in (1, 0)}
     raw_m = {arm: sum(p.estimate() for p in lin_m[arm]) for arm in (1, 0)}
     if one_dim:
         grid = res.fine_grid(EFFECT_GRID)
-        kernels = {arm: res.embedding(arm).y_kernel for arm in (1, 0)}
-        lin_g = {arm: _linear(res, arm, V, grid[:, None], "cdf", kernels[arm], **how) for arm in (1, 0)}
+        kernels = {arm: res.embeddings[role[arm]].y_kernel for arm in (1, 0)}
+        lin_g = {arm: _linear(res, role[arm], V, grid[:, None], "cdf", kernels[arm], **how) for arm in (1, 0)}
         raw_g = {arm: sum(p.estimate() for p in lin_g[arm]) for arm in (1, 0)}
         order = np.argsort(y_points, kind="stable")
-        lin_c = {arm: _linear(res, arm, V, y_points[order][:, None], "cdf", kernels[arm], **how) for arm in (1, 0)}
+        lin_c = {arm: _linear(res, role[arm], V, y_points[order][:, None], "cdf", kernels[arm], **how)
+                 for arm in (1, 0)}
         raw_c = {arm: sum(p.estimate() for p in lin_c[arm]) for arm in (1, 0)}
         with_mmd = res.kernels["y"].name == "gaussian"
         if with_mmd:
             t, w, s = _mmd_grid(res)
-            lin_t = {arm: _linear(res, arm, V, t[:, None], "density", Kernel("gaussian", (s,)), **how)
+            lin_t = {arm: _linear(res, role[arm], V, t[:, None], "density", Kernel("gaussian", (s,)), **how)
                      for arm in (1, 0)}
             diff_t = sum(p.estimate() for p in lin_t[1]) - sum(p.estimate() for p in lin_t[0])
 
@@ -674,7 +694,7 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
 TEST_GRID = 401
 
 
-def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed) -> EffectTest:
+def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed, arms=(1, 0)) -> EffectTest:
     """The multiplier-bootstrap tests of first-order stochastic dominance and of a pure location shift.
 
     Both work on the normalised CDFs F̂_a(y | v) of the two arms on a grid
@@ -703,9 +723,11 @@ def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed)
         raise DataError("the dominance and location-shift tests are defined for a one-dimensional outcome")
     g = _multipliers(res.n, n_boot, seed)
     grid = res.fine_grid(TEST_GRID)
-    kernels = {arm: res.embedding(arm).y_kernel for arm in (1, 0)}
-    lin = {arm: _linear(res, arm, V, grid[:, None], "cdf", kernels[arm]) for arm in (1, 0)}
-    lin_m = {arm: _linear(res, arm, V, np.zeros((0, 1)), "moments", Kernel("gaussian", (1.0,))) for arm in (1, 0)}
+    role = _roles(arms)
+    kernels = {arm: res.embeddings[role[arm]].y_kernel for arm in (1, 0)}
+    lin = {arm: _linear(res, role[arm], V, grid[:, None], "cdf", kernels[arm]) for arm in (1, 0)}
+    lin_m = {arm: _linear(res, role[arm], V, np.zeros((0, 1)), "moments", Kernel("gaussian", (1.0,)))
+             for arm in (1, 0)}
     raw = {arm: sum(p.estimate() for p in lin[arm]) for arm in (1, 0)}
     mom = {arm: sum(p.estimate() for p in lin_m[arm]) for arm in (1, 0)}
 

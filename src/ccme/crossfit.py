@@ -68,11 +68,17 @@ def make_folds(n: int, folds: int, rng: np.random.Generator) -> list[Fold]:
     return result
 
 
-def check_fold_arms(A, fold_list, mode) -> None:
-    """Each fold needs units of both arms in its nuisance part (and, for one-step, its target part)."""
+#: How messages name the arms of a binary treatment (a Treatment's ``arm_name`` for any treatment).
+BINARY_ARMS = {1: "treated", 0: "control"}
+
+
+def check_fold_arms(A, fold_list, mode, names=BINARY_ARMS) -> None:
+    """Each fold needs units of every arm in its nuisance part (and, for one-step, its target part).
+
+    ``names`` maps each arm code to how messages name it (all arms: its keys).
+    """
     for fold in fold_list:
-        for arm in (1, 0):
-            label = "treated" if arm == 1 else "control"
+        for arm, label in names.items():
             in_nuisance = int(np.sum(A[fold.nuisance] == arm))
             in_target = int(np.sum(A[fold.target] == arm))
             if mode != "onestep" and in_nuisance < 2:
@@ -87,7 +93,7 @@ def check_fold_arms(A, fold_list, mode) -> None:
                 )
 
 
-def check_arm_support(X: np.ndarray, names, A: np.ndarray) -> None:
+def check_arm_support(X: np.ndarray, names, A: np.ndarray, arm_names=BINARY_ARMS) -> None:
     """Each covariate must vary within an arm wherever it varies at all.
 
     A column that is constant among one arm's units while it takes other
@@ -104,7 +110,7 @@ def check_arm_support(X: np.ndarray, names, A: np.ndarray) -> None:
         column = X[:, j]
         if np.ptp(column) == 0:
             continue  # constant everywhere: the kernels ignore it (a DataWarning says so)
-        for arm, label in ((1, "treated"), (0, "control")):
+        for arm, label in arm_names.items():
             values = column[A == arm]
             if np.ptp(values) == 0:
                 raise PositivityError(
@@ -114,19 +120,19 @@ def check_arm_support(X: np.ndarray, names, A: np.ndarray) -> None:
                 )
 
 
-def trim_folds(fold_list, kept, A, mode, trim) -> list[Fold]:
+def trim_folds(fold_list, kept, A, mode, trim, names=BINARY_ARMS) -> list[Fold]:
     """The folds with the trimmed units removed from their second stage (``fit(trim=)``)."""
     out = [Fold(f.index, f.nuisance, f.target[kept[f.target]]) for f in fold_list]
     for fold in out:
-        for arm in (1, 0):
+        for arm, label in names.items():
             count = int(np.sum(A[fold.target] == arm))
             if count < 2:
-                label = "treated" if arm == 1 else "control"
                 raise DataError(
                     f"trim={trim:g} leaves {count} {label} unit(s) in the second stage of fold {fold.index + 1} "
-                    f"(scores outside [{trim:g}, {1 - trim:g}] are dropped); use a smaller trim or fewer folds"
+                    f"(units with a score outside [{trim:g}, {1 - trim:g}] are dropped); use a smaller trim or fewer "
+                    "folds"
                 )
-    check_fold_arms(A, out, mode)
+    check_fold_arms(A, out, mode, names)
     return out
 
 
@@ -150,21 +156,23 @@ def cross_fit_scores(model, Xp: np.ndarray, A: np.ndarray, fold_list, *, selecti
 
     Returns
     -------
-    ndarray (n,)
-        Unclipped scores.
+    ndarray (n,) or (n, k)
+        Unclipped scores: π̂(X_i) = P̂(A = 1 | X_i) for a binary treatment, the
+        generalised propensities P̂(A = j | X_i) (column j for arm code j) for k ≥ 3 arms.
     """
-    scores = np.empty(len(A))
+    k = int(A.max()) + 1 if len(A) else 2
+    scores = np.empty(len(A)) if k <= 2 else np.empty((len(A), k))
     for fold in fold_list:
         weights = None if sample_weight is None else sample_weight[fold.nuisance]
         scores[fold.target], selection = model.fit_predict_report(Xp[fold.nuisance], A[fold.nuisance],
-                                                                  Xp[fold.target], fold.target, weights)
+                                                                  Xp[fold.target], fold.target, weights, k)
         if selections is not None:
             selections.append(selection)
     return scores
 
 
 def cross_fit(estimator, params, data, fold_list, seeds, prebuilt) -> dict:
-    """Fit every fold and return each arm's :class:`ccme.Embedding` ({1: …, 0: …}).
+    """Fit every fold and return each arm's :class:`ccme.Embedding` ({arm code: …}, in ``design.arms``' order).
 
     The folds are fitted now (for ridge the shared second-stage factor); each
     arm's fold-arms are built on the arm's first use.  ``prebuilt`` maps
@@ -183,5 +191,5 @@ def cross_fit(estimator, params, data, fold_list, seeds, prebuilt) -> dict:
     return {
         arm: Embedding(lambda arm=arm: [f.arm(arm) for f in fitted], y_kernel, outcome_range=outcome_range,
                        encode=design.encode_v, arm=arm, n_threads=data.n_threads)
-        for arm in (1, 0)
+        for arm in design.arms
     }

@@ -65,7 +65,7 @@ from threadpoolctl import ThreadpoolController
 from . import _backend
 from .errors import NotFittedError, ParameterError
 from .estimators.base import FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, project_atoms
-from .estimators.forest_first_stage import check_first_stage
+from .estimators.forest_first_stage import first_stage_choices
 from .estimators.lowrank import NystromArm, _ROUNDS, _ROWS, STORAGE, LowRankFoldArm, NystromFeatures, _blocks, _times, worst_covered
 from .estimators.ridge import RidgeEstimator
 from .memory import check_allocation
@@ -267,8 +267,7 @@ class DistributedRidgeEstimator(RidgeEstimator):
         if options["approx"] not in ("auto", "lowrank"):
             raise ParameterError("`client=` runs the low-rank path (approx='lowrank'); "
                                  f"got approx={options['approx']!r}")
-        first_stage = check_first_stage(options["first_stage"])
-        if any(first_stage[arm] != "kernel" for arm in (1, 0)):
+        if any(choice != "kernel" for choice in first_stage_choices(options["first_stage"])):
             raise ParameterError("`client=` needs first_stage='kernel' (the forest first stage has no distributed "
                                  f"low-rank form); got first_stage={options['first_stage']!r}")
         return {**options, "approx": "lowrank"}

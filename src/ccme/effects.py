@@ -40,9 +40,9 @@ def fine_grid(res, size: int = 2001) -> np.ndarray:
     return res.fine_grid(size)
 
 
-def effect_table(res, V: np.ndarray, index, q=DEFAULT_QUANTILES) -> pd.DataFrame:
-    """The effects as a wide table, one row per V-point (the summary's; :func:`tidy_effects` makes it long)."""
-    emb1, emb0 = res.embedding(1), res.embedding(0)
+def effect_table(res, V: np.ndarray, index, q=DEFAULT_QUANTILES, arms=(1, 0)) -> pd.DataFrame:
+    """The effects as a wide table, one row per V-point (the summary's); ``arms`` (a, b): arm a against arm b."""
+    emb1, emb0 = res.embeddings[arms[0]], res.embeddings[arms[1]]
     mean1 = emb1.mean(v=V)
     mean0 = emb0.mean(v=V)
     table = pd.DataFrame(index=pd.Index(list(index), name="profile"))
@@ -72,15 +72,16 @@ def effect_table(res, V: np.ndarray, index, q=DEFAULT_QUANTILES) -> pd.DataFrame
     return table
 
 
-def effect_estimates(res, V: np.ndarray, q, y_points, alpha=()) -> dict:
+def effect_estimates(res, V: np.ndarray, q, y_points, alpha=(), arms=(1, 0)) -> dict:
     """The point estimates of every effect at the V-points: term → array (n_v, k).
 
     ``mean_diff`` has one column per outcome dimension; ``qte`` one per level
     in ``q``, ``cdf_diff`` one per point in ``y_points``, ``es_lower`` and
     ``es_upper`` one per tail probability in ``alpha`` (d_y = 1); ``mmd``,
-    ``kolmogorov`` and ``wasserstein`` one column.
+    ``kolmogorov`` and ``wasserstein`` one column.  ``arms``: the codes (a, b)
+    of the arms compared, each effect arm a's functional minus arm b's.
     """
-    emb1, emb0 = res.embedding(1), res.embedding(0)
+    emb1, emb0 = res.embeddings[arms[0]], res.embeddings[arms[1]]
     out = {"mean_diff": emb1.mean(v=V) - emb0.mean(v=V)}
     if res.design.Y.shape[1] == 1:
         grid = res.fine_grid()

@@ -29,6 +29,7 @@ then exactly Li and Racine's unordered kernel (λ = exp(−1/σ²)), ordered ker
 
 from __future__ import annotations
 
+import numbers
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .errors import DataError, DataWarning, FormatError, FormulaError
+from .errors import DataError, DataWarning, FormatError, FormulaError, ParameterError
 from .io import check_schema, make_state
 
 __all__ = ["Formula", "Design", "Treatment", "parse_formula", "build_design"]
@@ -131,34 +132,135 @@ class Formula:
 
 @dataclass(frozen=True)
 class Treatment:
-    """How the treatment column maps to the arms: ``level`` counts as A = 1."""
+    """How the treatment column maps to the arms.
+
+    Arm code j stands for ``levels[j]``.  A binary treatment keeps its codes
+    1 (treated, ``levels[1]``) and 0 (control, ``levels[0]``, the reference);
+    a treatment with k ≥ 3 levels has the codes 0..k − 1 in the order of its
+    levels (a categorical's categories, sorted numbers or texts, as R orders a
+    factor's levels) and a ``reference`` level, the first one unless
+    ``fit(reference=)`` names another (R's treatment contrasts).
+    """
 
     column: str
-    level: object
-    control_level: object
+    levels: tuple
+    reference: object
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    #: Version 2 holds the levels and the reference (version 1: a binary treatment's two levels).
     STATE_SCHEMA = "ccme.Treatment"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
+
+    @property
+    def k(self) -> int:
+        """The number of arms."""
+        return len(self.levels)
+
+    @property
+    def binary(self) -> bool:
+        return len(self.levels) == 2
+
+    @property
+    def arms(self) -> tuple:
+        """The arm codes in the order results list them: (1, 0) for a binary treatment, else 0..k − 1."""
+        return (1, 0) if self.binary else tuple(range(len(self.levels)))
+
+    @property
+    def reference_code(self) -> int:
+        return self.levels.index(self.reference) if not self.binary else 0
+
+    @property
+    def level(self):
+        """A binary treatment's treated level."""
+        return self.levels[1]
+
+    @property
+    def control_level(self):
+        """A binary treatment's control (reference) level."""
+        return self.levels[0]
+
+    def contrast(self, arms=None) -> tuple:
+        """The codes (a, b) of the comparison a versus b; None: treated versus control (binary only)."""
+        if arms is None:
+            if not self.binary:
+                raise ParameterError(
+                    f"the treatment {self.column!r} has {self.k} levels: say which two arms to compare, "
+                    f"e.g. arms=({self.levels[-1]!r}, {self.reference!r}); levels: {list(self.levels)}")
+            return (1, 0)
+        if isinstance(arms, (str, bytes)) or not hasattr(arms, "__len__") or len(arms) != 2:
+            raise ParameterError(f"`arms` must be a pair of arms (compared, reference); got {arms!r}")
+        a, b = self.code(arms[0], "arms"), self.code(arms[1], "arms")
+        if a == b:
+            raise ParameterError(f"`arms` must name two different arms; got {arms!r}")
+        return (a, b)
+
+    def code(self, arm, name: str = "arm") -> int:
+        """The code of ``arm``: a level label (of the levels' type), or for a binary treatment 1/0 or True/False."""
+        if self.binary:
+            if isinstance(arm, (bool, np.bool_)):
+                return int(arm)
+            if isinstance(arm, (int, np.integer)) and int(arm) in (0, 1):
+                return int(arm)
+        for index, label in enumerate(self.levels):
+            if _same_level(arm, label):
+                return index
+        if self.binary:
+            raise ParameterError(
+                f"`{name}` must be 1 (treated) or 0 (control), or a level of {self.column!r} "
+                f"({self.level!r} or {self.control_level!r}); got {arm!r}")
+        raise ParameterError(f"`{name}` must be a level of {self.column!r} ({', '.join(map(repr, self.levels))}); "
+                             f"got {arm!r}")
+
+    def label(self, code: int):
+        """The level of arm ``code``."""
+        return self.levels[int(code)]
+
+    def arm_name(self, code: int) -> str:
+        """How messages name an arm: "treated"/"control", or the level (``"dose='high'"``)."""
+        if self.binary:
+            return "treated" if code == 1 else "control"
+        return f"{self.column}={self.levels[int(code)]!r}"
 
     def describe(self) -> str:
-        return f"{self.column} ({self.level!r} = treated, {self.control_level!r} = control)"
+        if self.binary:
+            return f"{self.column} ({self.level!r} = treated, {self.control_level!r} = control)"
+        return (f"{self.column} ({self.k} arms: {', '.join(map(repr, self.levels))}; "
+                f"reference {self.reference!r})")
 
     def to_state(self) -> dict:
         """The treatment's column and levels as a versioned state for :mod:`ccme.io`."""
-        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, column=self.column, level=self.level,
-                          control_level=self.control_level)
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, column=self.column, levels=list(self.levels),
+                          reference=self.reference)
 
     @classmethod
     def from_state(cls, state) -> "Treatment":
         """Inverse of :meth:`to_state`; the levels come back as the scalars they were (str, int, float, bool)."""
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("column", "level", "control_level"))
+        version = check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION))
+        if version == 1:  # a binary treatment: its treated level and its control level
+            check_schema(state, cls.STATE_SCHEMA, 1, keys=("column", "level", "control_level"))
+            state = dict(state, levels=[state["control_level"], state["level"]], reference=state["control_level"])
+        else:
+            check_schema(state, cls.STATE_SCHEMA, 2, keys=("column", "levels", "reference"))
         if not isinstance(state["column"], str):
             raise FormatError(f"the treatment's column should be a str; found {type(state['column']).__name__}")
-        for name in ("level", "control_level"):
-            if not isinstance(state[name], (str, int, float, np.generic)):
-                raise FormatError(f"the treatment's {name} should be a scalar; found {type(state[name]).__name__}")
-        return cls(state["column"], state["level"], state["control_level"])
+        levels = state["levels"]
+        if not isinstance(levels, (list, tuple)) or len(levels) < 2:
+            raise FormatError("the treatment's levels should be a list of at least two scalars")
+        for value in (*levels, state["reference"]):
+            if not isinstance(value, (str, int, float, np.generic)):
+                raise FormatError(f"the treatment's levels should be scalars; found {type(value).__name__}")
+        if not any(_same_level(state["reference"], v) for v in levels):
+            raise FormatError("the treatment's reference is not one of its levels")
+        return cls(state["column"], tuple(levels), state["reference"])
+
+
+def _same_level(arm, label) -> bool:
+    """Whether ``arm`` is the level ``label`` (equal, and of its type: 1 is not the level 1.0 or True)."""
+    if isinstance(label, (bool, np.bool_)) or isinstance(arm, (bool, np.bool_)):
+        return isinstance(arm, (bool, np.bool_)) and isinstance(label, (bool, np.bool_)) and bool(arm) == bool(label)
+    if isinstance(label, numbers.Number) and isinstance(arm, numbers.Number):
+        return isinstance(arm, numbers.Integral) == isinstance(label, numbers.Integral) and arm == label
+    return type(arm) is type(label) and arm == label
 
 
 @dataclass(frozen=True)
@@ -168,7 +270,7 @@ class Design:
     Attributes
     ----------
     Y : ndarray (n, d_y)
-    A : ndarray (n,) of 0/1
+    A : ndarray (n,) of arm codes (:class:`Treatment`: 1/0 for a binary treatment, 0..k − 1 for k levels)
     V : ndarray (n, d_v)
     X : ndarray (n, d_x)  -- V's columns first, then part 3's
     """
@@ -202,6 +304,11 @@ class Design:
     @property
     def n(self) -> int:
         return self.Y.shape[0]
+
+    @property
+    def arms(self) -> tuple:
+        """The arm codes (:attr:`Treatment.arms`): (1, 0) for a binary treatment, 0..k − 1 for k levels."""
+        return self.treatment.arms
 
     def encode_v(self, newdata: pd.DataFrame) -> np.ndarray:
         """Encode ``newdata`` into V's columns exactly as the training data were."""
@@ -358,6 +465,8 @@ class Design:
         if any(a.shape[0] != n for a in arrays.values()) or len(x_sources) != arrays["X"].shape[1]:
             raise FormatError("the design's matrices disagree in their numbers of rows or columns: "
                               "the file was altered")
+        if not np.isin(arrays["A"], np.arange(treatment.k)).all():
+            raise FormatError("the design's treatment codes are not those of its levels: the file was altered")
         n_dropped = state["n_dropped"]
         if not isinstance(n_dropped, int) or isinstance(n_dropped, bool) or n_dropped < 0:
             raise FormatError(f"the design's n_dropped should be a count; found {n_dropped!r}")
@@ -588,16 +697,61 @@ def _check_magnitude(M: np.ndarray, names, role: str) -> None:
         )
 
 
-def _treatment_column(data: pd.DataFrame, name: str, treated) -> tuple[np.ndarray, Treatment]:
+#: At most this many arms: every arm needs its own outcome model and enough units of its own.
+MAX_ARMS = 50
+
+
+def _treatment_column(data: pd.DataFrame, name: str, treated, reference=None) -> tuple[np.ndarray, Treatment]:
+    """The arm codes of the treatment column and its :class:`Treatment` (two levels: ``treated``; more: ``reference``)."""
     if name not in data.columns:
         raise FormulaError(f"the treatment {name!r} is not a column of the data (write the column's name itself)")
     column = data[name]
     levels = pd.unique(column.dropna())
-    if len(levels) != 2:
-        shown = ", ".join(repr(v) for v in levels[:6]) + (" ..." if len(levels) > 6 else "")
+    if len(levels) < 2:
+        shown = ", ".join(repr(v) for v in levels[:6])
+        raise DataError(f"the treatment {name!r} must have at least two levels; it has {len(levels)}: {shown}")
+    if len(levels) > MAX_ARMS:
         raise DataError(
-            f"the treatment {name!r} must have exactly two levels; it has {len(levels)}: {shown}"
-        )
+            f"the treatment {name!r} has {len(levels)} distinct values: a treatment's levels are its arms (at most "
+            f"{MAX_ARMS}); a continuous dose is not supported: cut it into levels (pandas.cut)")
+    if len(levels) == 2:
+        return _binary_treatment(column, name, levels, treated, reference)
+    if treated is not None:
+        raise ParameterError(
+            f"`treated` picks the treated level of a binary treatment; {name!r} has {len(levels)} levels: "
+            "use reference=<level> to choose the level the arms are compared with")
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        present = set(levels)
+        ordered = [c for c in column.cat.categories if c in present]
+    else:
+        try:
+            ordered = sorted(levels)
+        except TypeError:
+            raise DataError(f"the treatment {name!r} mixes levels of different types ({', '.join(map(repr, levels[:6]))}); "
+                            "make it one type (e.g. strings)") from None
+    labels = tuple(v.item() if hasattr(v, "item") else v for v in ordered)
+    if reference is None:
+        reference = labels[0]
+    matches = [lv for lv in labels if _same_level(reference, lv)]
+    if not matches:
+        raise ParameterError(f"`reference`={reference!r} is not a level of {name!r}; its levels are "
+                             f"{', '.join(map(repr, labels))}")
+    codes = pd.Categorical(column, categories=list(ordered)).codes.astype(np.int8)
+    return codes, Treatment(column=name, levels=labels, reference=matches[0])
+
+
+def _binary_treatment(column, name, levels, treated, reference):
+    """A two-level treatment: 1 for the treated level, 0 for the control (``treated=``, or the other than ``reference``)."""
+    plain = [lv.item() if hasattr(lv, "item") else lv for lv in levels]
+    if reference is not None:
+        others = [lv for lv in plain if not _same_level(reference, lv)]
+        if len(others) != 1:
+            raise ParameterError(f"`reference`={reference!r} is not a level of {name!r}; its levels are "
+                                 f"{plain[0]!r} and {plain[1]!r}")
+        if treated is not None and not _same_level(treated, others[0]):
+            raise ParameterError(f"`treated`={treated!r} and `reference`={reference!r} must be the two levels of "
+                                 f"{name!r}")
+        treated = others[0]
     if treated is None:
         if pd.api.types.is_bool_dtype(column):
             treated = True
@@ -609,7 +763,7 @@ def _treatment_column(data: pd.DataFrame, name: str, treated) -> tuple[np.ndarra
         else:
             raise DataError(
                 f"the treatment {name!r} has levels {levels[0]!r} and {levels[1]!r}; "
-                "say which one is the treatment with treated=<level>"
+                "say which one is the treatment with treated=<level> (or the control with reference=<level>)"
             )
     matches = [lv for lv in levels if lv == treated]
     if not matches:
@@ -620,10 +774,11 @@ def _treatment_column(data: pd.DataFrame, name: str, treated) -> tuple[np.ndarra
     a = (column == matches[0]).to_numpy(dtype=np.int8)
     level = matches[0].item() if hasattr(matches[0], "item") else matches[0]
     control = control.item() if hasattr(control, "item") else control
-    return a, Treatment(column=name, level=level, control_level=control)
+    return a, Treatment(column=name, levels=(control, level), reference=control)
 
 
-def build_design(formula: Formula, data, *, treated=None, na_action: str = "raise", exclude=()) -> Design:
+def build_design(formula: Formula, data, *, treated=None, reference=None, na_action: str = "raise",
+                 exclude=()) -> Design:
     """Evaluate a parsed formula on ``data`` (which is never modified).
 
     ``exclude`` names columns that ``.`` (every column not used elsewhere)
@@ -688,7 +843,7 @@ def build_design(formula: Formula, data, *, treated=None, na_action: str = "rais
     if len(frame) == 0:
         raise DataError("no rows are left after dropping missing values")
 
-    a, treatment = _treatment_column(frame, formula.treatment, treated)
+    a, treatment = _treatment_column(frame, formula.treatment, treated, reference)
     # Before encoding: a text column with a level per row would become n indicator columns.
     _warn_many_levels(frame, [c for c in all_vars if c != formula.treatment])
     # Raw columns were checked above; what the transforms make of them

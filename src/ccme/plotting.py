@@ -11,6 +11,17 @@ __all__ = ["plot_densities", "plot_cdfs", "plot_effect", "plot_overlap", "plot_c
 
 _ARM_STYLE = {1: "-", 0: "--"}
 _ARM_LABEL = {1: "Y¹", 0: "Y⁰"}
+#: Line styles of the arms of a treatment with k ≥ 3 levels, in the levels' order (dotted is the truth's).
+_LEVEL_STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (3, 1, 1, 1)))
+
+
+def _arm_look(res, a) -> tuple:
+    """(what the functionals take as ``arm=``, line style, legend label) of arm code ``a``."""
+    treatment = res.design.treatment
+    if treatment.binary:
+        return a, _ARM_STYLE[a], _ARM_LABEL[a]
+    label = treatment.label(a)
+    return label, _LEVEL_STYLES[a % len(_LEVEL_STYLES)], f"Y^{label}"
 
 
 def _axes(ax):
@@ -32,20 +43,22 @@ def plot_densities(res, *, newdata="profiles", arm="both", y=None, ax=None, trut
     """
     arms, newdata, grid, ax, colours, labels = _curves_setup(res, arm, newdata, y, ax)
     for a in arms:
-        dens = res.density(grid, newdata=newdata, arm=a)
+        key, style, name = _arm_look(res, a)
+        dens = res.density(grid, newdata=newdata, arm=key)
         for i, row in enumerate(dens):
-            ax.plot(grid, row, _ARM_STYLE[a], color=colours[i], label=f"{_ARM_LABEL[a]} | {labels[i]}", **kwargs)
+            ax.plot(grid, row, linestyle=style, color=colours[i], label=f"{name} | {labels[i]}", **kwargs)
             if truth is not None:
-                ax.plot(grid, np.ravel(truth(grid, newdata.iloc[[i]], a)), ":", color=colours[i], lw=1.2)
+                ax.plot(grid, np.ravel(truth(grid, newdata.iloc[[i]], key)), ":", color=colours[i], lw=1.2)
         if bands:
-            _shade_bands(ax, res.bands(level, newdata=newdata, arm=a, y=grid, n_boot=n_boot), colours, a == arms[0])
+            _shade_bands(ax, res.bands(level, newdata=newdata, arm=key, y=grid, n_boot=n_boot), colours,
+                         a == arms[0])
     ax.set_xlabel(res.design.y_names[0])
     ax.set_ylabel("density")
     title = f"{res.method}/{res.mode}: p(Y^a | V = v)"
     if truth is not None:
         title += " (dotted: truth)"
     ax.set_title(title)
-    ax.legend(fontsize="small", ncol=2 if len(arms) == 2 else 1)
+    ax.legend(fontsize="small", ncol=min(len(arms), 3))
     return ax
 
 
@@ -58,9 +71,12 @@ def _curves_setup(res, arm, newdata, y, ax):
 
 
 def _arms(res, arm) -> tuple:
-    """The arms to draw: "both", or one arm as :meth:`ccme.CCMEResult.arm_index` reads it."""
-    if isinstance(arm, str) and arm == "both":
-        return (1, 0)
+    """The arms to draw: "both" or "all" (every arm), or one arm as :meth:`ccme.CCMEResult.arm_index` reads it.
+
+    A level named "both" or "all" is drawn alone.
+    """
+    if isinstance(arm, str) and arm in ("both", "all") and arm not in res.levels:
+        return res.arms
     return (res.arm_index(arm),)
 
 
@@ -102,20 +118,22 @@ def plot_cdfs(res, *, newdata="profiles", arm="both", y=None, bands=False, level
     """
     arms, newdata, grid, ax, colours, labels = _curves_setup(res, arm, newdata, y, ax)
     for a in arms:
-        for i, row in enumerate(res.cdf(grid, newdata=newdata, arm=a)):
-            ax.plot(grid, row, _ARM_STYLE[a], color=colours[i], label=f"{_ARM_LABEL[a]} | {labels[i]}", **kwargs)
+        key, style, name = _arm_look(res, a)
+        for i, row in enumerate(res.cdf(grid, newdata=newdata, arm=key)):
+            ax.plot(grid, row, linestyle=style, color=colours[i], label=f"{name} | {labels[i]}", **kwargs)
         if bands:
-            _shade_bands(ax, res.bands(level, newdata=newdata, arm=a, y=grid, feature="cdf", n_boot=n_boot), colours,
-                         a == arms[0])
+            _shade_bands(ax, res.bands(level, newdata=newdata, arm=key, y=grid, feature="cdf", n_boot=n_boot),
+                         colours, a == arms[0])
     ax.set_xlabel(res.design.y_names[0])
     ax.set_ylabel("P(Y^a <= y | V = v)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{res.method}/{res.mode}: conditional CDFs")
-    ax.legend(fontsize="small", ncol=2 if len(arms) == 2 else 1)
+    ax.legend(fontsize="small", ncol=min(len(arms), 3))
     return ax
 
 
-def plot_effect(res, *, newdata="profiles", q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None, **kwargs):
+def plot_effect(res, *, newdata="profiles", arms=None, q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None,
+                **kwargs):
     """Quantile treatment effect curves q ↦ Q̂₁(q | v) − Q̂₀(q | v), one per V-profile.
 
     ``bands=True`` (method="ridge") shades pointwise bootstrap bands
@@ -129,12 +147,14 @@ def plot_effect(res, *, newdata="profiles", q=None, bands=True, level=0.9, n_boo
     V = res._v(newdata)
     ax = _axes(ax)
     colours = [f"C{i % 10}" for i in range(len(newdata))]
+    pair = res.design.treatment.contrast(arms)
+    first, second = (_arm_look(res, a)[0] for a in pair)
     if bands:
         qte, lower, upper = qte_bands(res, V, levels, res.fine_grid(801), level=level, n_boot=n_boot,
-                                      seed=res.seed if seed is None else seed)
+                                      seed=res.seed if seed is None else seed, arms=pair)
     else:
-        qte = res.quantile(levels, newdata=newdata, arm=1) - res.quantile(levels, newdata=newdata, arm=0)
-    diff = np.atleast_1d(res.mean(newdata=newdata, arm=1) - res.mean(newdata=newdata, arm=0))
+        qte = res.quantile(levels, newdata=newdata, arm=first) - res.quantile(levels, newdata=newdata, arm=second)
+    diff = np.atleast_1d(res.mean(newdata=newdata, arm=first) - res.mean(newdata=newdata, arm=second))
     for i, label in enumerate(newdata.index):
         ax.plot(levels, qte[i], color=colours[i], label=f"QTE | {label}", **kwargs)
         if bands:
@@ -142,7 +162,7 @@ def plot_effect(res, *, newdata="profiles", q=None, bands=True, level=0.9, n_boo
         ax.axhline(diff[i], color=colours[i], ls=":", lw=1.0)
     ax.axhline(0.0, color="0.5", lw=0.8)
     ax.set_xlabel("quantile level q")
-    ax.set_ylabel("Q1(q | v) - Q0(q | v)")
+    ax.set_ylabel("Q1(q | v) - Q0(q | v)" if res.design.treatment.binary else f"Q_{first}(q | v) - Q_{second}(q | v)")
     title = f"{res.method}/{res.mode}: quantile treatment effects (dotted: mean difference)"
     if bands:
         title += f"\nshaded: {level:.0%} pointwise bootstrap bands"
@@ -161,6 +181,16 @@ def plot_overlap(res, *, ax=None, bins=30):
     scores = res.overlap.scores
     A = res.design.A
     edges = np.linspace(0.0, 1.0, int(bins) + 1)
+    if scores.ndim == 2:  # k ≥ 3 arms: each arm's generalised propensity among its own units
+        for a in res.arms:
+            ax.hist(scores[A == a, a], bins=edges, alpha=0.4, color=f"C{a % 10}",
+                    label=f"P(A = {res.levels[a]!r} | X), its units (n={int(np.sum(A == a))})")
+        ax.axvline(res.clip, color="k", ls="--", lw=1.0)
+        ax.set_xlabel("cross-fitted generalised propensity of the unit's own arm")
+        ax.set_ylabel("units")
+        ax.set_title(f"overlap: {res.overlap.n_clipped} unit(s) with an arm's score raised to {res.clip:g}")
+        ax.legend(fontsize="small")
+        return ax
     for a, colour in ((1, "C3"), (0, "C0")):
         ax.hist(scores[A == a], bins=edges, alpha=0.5, color=colour, label=f"{'treated' if a else 'control'} "
                 f"(n={int(np.sum(A == a))})")

@@ -3,6 +3,11 @@
 The propensity π(x) = P(A = 1 | X = x) enters the doubly robust and IPW
 pseudo-outcomes through the weights ω_i = A_i / π̂(X_i) (arm 1) and
 (1 − A_i) / (1 − π̂(X_i)) (arm 0); see eq. (pseudo_outcome) of the paper.
+A treatment with k ≥ 3 levels has the generalised propensity π_j(x) =
+P(A = j | X = x) of each arm j (Imbens, 2000), and arm j's weights are
+1{A_i = j} / π̂_j(X_i).  Scores are therefore either a vector π̂ (binary) or
+an (n, k) matrix of the π̂_j; :func:`arm_probabilities` turns both into the
+matrix whose column j is arm j's probability, which is what the estimators read.
 """
 
 from __future__ import annotations
@@ -15,7 +20,27 @@ import numpy as np
 from .errors import FormatError, OverlapWarning, ParameterError, PositivityError
 from .io import check_schema, int_keys, make_state, str_keys
 
-__all__ = ["PropensityModel", "Overlap", "make_propensity", "overlap_diagnostics"]
+__all__ = ["PropensityModel", "Overlap", "make_propensity", "overlap_diagnostics", "arm_probabilities"]
+
+
+def arm_probabilities(scores: np.ndarray) -> np.ndarray:
+    """Each arm's probability as a matrix: column j is P̂(A = j | X) for arm code j.
+
+    A vector of binary scores π̂ = P̂(A = 1 | X) becomes [1 − π̂, π̂]; a matrix
+    of generalised propensities is returned as it is.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim == 1:
+        return np.column_stack([1.0 - scores, scores])
+    return scores
+
+
+def trim_mask(scores: np.ndarray, trim: float) -> np.ndarray:
+    """The units ``fit(trim=)`` keeps: every arm's probability at least ``trim`` (binary: π̂ in [trim, 1 − trim])."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim == 1:
+        return (scores >= trim) & (scores <= 1.0 - trim)
+    return np.all(scores >= trim, axis=1)
 
 
 @dataclass(frozen=True)
@@ -31,11 +56,15 @@ class PropensityModel:
     known: np.ndarray | None = None
     key: str = ""
 
-    def fit_predict(self, X_train, A_train, X_test, rows_test, sample_weight=None) -> np.ndarray:
-        """Fit on (X_train, A_train) (weighted by ``sample_weight``, if given) and return P(A = 1) at X_test."""
-        return self.fit_predict_report(X_train, A_train, X_test, rows_test, sample_weight)[0]
+    def fit_predict(self, X_train, A_train, X_test, rows_test, sample_weight=None, k: int = 2) -> np.ndarray:
+        """Fit on (X_train, A_train) (weighted by ``sample_weight``, if given) and predict at X_test.
 
-    def fit_predict_report(self, X_train, A_train, X_test, rows_test, sample_weight=None):
+        Returns P(A = 1) (n_test,) for a binary treatment (``k`` = 2), the
+        (n_test, k) generalised propensities for k arms.
+        """
+        return self.fit_predict_report(X_train, A_train, X_test, rows_test, sample_weight, k)[0]
+
+    def fit_predict_report(self, X_train, A_train, X_test, rows_test, sample_weight=None, k: int = 2):
         """:meth:`fit_predict` and what the fit reports: the ``"auto"`` selection (a FoldSelection) or None.
 
         ``sample_weight``: the training units' sampling weights, passed to the
@@ -46,7 +75,7 @@ class PropensityModel:
             return self.known[rows_test], None
         from sklearn.base import clone
 
-        from .propensity_selection import AutoPropensity, _proba1, _quiet_fit
+        from .propensity_selection import AutoPropensity, _proba, _quiet_fit
 
         # A non-converged logistic fit on separable data is reported by the
         # positivity check and the clipping warning below, in our words.  The
@@ -55,7 +84,7 @@ class PropensityModel:
         named = self.key in PROPENSITY_NAMES
         model = _quiet_fit(clone(self.learner), X_train, A_train, one_thread=named, sample_weight=sample_weight)
         selection = model.selection_ if isinstance(model, AutoPropensity) else None
-        return _proba1(model, X_test, one_thread=named), selection
+        return _proba(model, X_test, k, one_thread=named), selection
 
 
 #: The names ``propensity=`` takes.
@@ -63,11 +92,14 @@ PROPENSITY_NAMES = ("auto", "logistic", "logistic_cv", "boosting", "forest")
 _PROPENSITY_CHOICES = "'auto', 'logistic', 'logistic_cv', 'boosting', 'forest', a scikit-learn classifier or an array of scores"
 
 
-def make_propensity(spec, n: int, seed, *, weighted: bool = False) -> PropensityModel:
+def make_propensity(spec, n: int, seed, *, weighted: bool = False, k: int = 2) -> PropensityModel:
     """Interpret ``propensity=``: a name of :data:`PROPENSITY_NAMES`, a classifier, or known scores.
 
     ``weighted``: the fit has sampling weights, which a classifier's ``fit``
-    must accept as ``sample_weight`` (every named learner does).
+    must accept as ``sample_weight`` (every named learner does).  ``k``: the
+    number of arms; every named learner is multinomial for k ≥ 3, and known
+    scores are then an (n, k) matrix of P(A = level j | X), columns in the
+    order of the levels, rows summing to one.
 
     Raises
     ------
@@ -97,10 +129,15 @@ def make_propensity(spec, n: int, seed, *, weighted: bool = False) -> Propensity
         scores = np.asarray(spec, dtype=np.float64)
     except (TypeError, ValueError):
         raise ParameterError(f"`propensity` must be {_PROPENSITY_CHOICES}; got {type(spec).__name__}") from None
-    if scores.shape != (n,):
+    if k == 2 and scores.shape != (n,):
         raise ParameterError(f"`propensity` scores must have one value per row ({n}); got shape {scores.shape}")
+    if k > 2 and scores.shape != (n, k):
+        raise ParameterError(f"`propensity` scores of a treatment with {k} levels must be an (n, k) = ({n}, {k}) "
+                             f"matrix of P(A = level | X), columns in the levels' order; got shape {scores.shape}")
     if not np.all((scores >= 0) & (scores <= 1)):
         raise ParameterError("`propensity` scores must lie in [0, 1]")
+    if k > 2 and not np.allclose(scores.sum(axis=1), 1.0, rtol=0.0, atol=1e-6):
+        raise ParameterError("`propensity` scores' rows must sum to one (each row: P(A = level | X) over the levels)")
     return PropensityModel("known scores", known=scores.copy(), key="known scores")
 
 
@@ -108,14 +145,14 @@ def make_propensity(spec, n: int, seed, *, weighted: bool = False) -> Propensity
 class Overlap:
     """Overlap diagnostics of the cross-fitted propensity scores."""
 
-    scores: np.ndarray          # cross-fitted, before clipping
+    scores: np.ndarray          # cross-fitted, before clipping: π̂ (n,), or (n, k) generalised propensities
     clip: float
     n_clipped_low: int
     n_clipped_high: int
     ess: dict                   # arm -> effective sample size of the weights
     n_arm: dict                 # arm -> number of units
     trim: float = 0.0
-    kept: np.ndarray | None = None  # units whose score lies in [trim, 1 - trim] (None: no trimming)
+    kept: np.ndarray | None = None  # units whose scores are all at least trim (None: no trimming)
     n_trimmed_low: int = 0
     n_trimmed_high: int = 0
     clip_rule: str = "given"    # where ``clip`` came from: "given", or the rule of clip="auto" with its inputs
@@ -144,10 +181,10 @@ class Overlap:
         check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
                      keys=("scores", "clip", "trim", "kept", "ess", "n_arm", *cls._COUNTS, "clip_rule", "report",
                            "normalized"))
-        if not isinstance(state["scores"], np.ndarray) or state["scores"].ndim != 1:
-            raise FormatError("the stored propensity scores are not a vector")
+        if not isinstance(state["scores"], np.ndarray) or state["scores"].ndim not in (1, 2):
+            raise FormatError("the stored propensity scores are not a vector or a matrix")
         kept = state["kept"]
-        if kept is not None and not (isinstance(kept, np.ndarray) and kept.shape == state["scores"].shape):
+        if kept is not None and not (isinstance(kept, np.ndarray) and kept.shape == state["scores"].shape[:1]):
             raise FormatError("the stored trimming mask does not match the propensity scores")
         if not isinstance(state["clip_rule"], str):
             raise FormatError("the stored clipping rule is not a text")
@@ -172,6 +209,13 @@ POSITIVITY_BOUND = 0.01
 
 
 def clip_scores(scores: np.ndarray, clip: float) -> np.ndarray:
+    """π̂ clipped to [clip, 1 − clip]; generalised propensities each raised to at least ``clip``.
+
+    Only an arm's own probability enters its weights, so a matrix's rows need
+    not sum to one after clipping; for k = 2 both rules are the same.
+    """
+    if np.ndim(scores) == 2:
+        return np.maximum(scores, clip)
     return np.clip(scores, clip, 1.0 - clip)
 
 
@@ -211,9 +255,15 @@ def crump_alpha(scores: np.ndarray) -> float:
 
     The empirical γ is the largest 2·mean(g_(1..k)) with g_(k) ≤ 2·mean(g_(1..k))
     (g sorted), which solves the equation up to the discreteness of the sample.
+
+    For k ≥ 3 arms (an (n, k) matrix of generalised propensities) g = Σ_j 1/e_j,
+    the generalisation of Yang, Imbens, Cui, Faries & Kadziola (2016,
+    Biometrics) that reduces to 1/(e(1 − e)) for two arms; α is then the
+    probability at which a unit whose other arms share the rest evenly reaches γ
+    on the binary scale, 1/2 − √(1/4 − 1/γ) as above (a bound on each arm's score).
     """
     e = np.clip(np.asarray(scores, dtype=np.float64), 1e-12, 1.0 - 1e-12)
-    g = np.sort(1.0 / (e * (1.0 - e)))
+    g = np.sort(1.0 / (e * (1.0 - e)) if e.ndim == 1 else np.sum(1.0 / e, axis=1))
     if g.size == 0 or g[-1] <= 2.0 * g.mean():
         return 0.0
     means = np.cumsum(g) / np.arange(1, g.size + 1)
@@ -244,7 +294,7 @@ def resolve_clip(clip, scores: np.ndarray, A: np.ndarray, *, trim: float = 0.0):
     """
     if not (isinstance(clip, str) and clip == "auto"):
         return float(clip), "given"
-    kept = (scores >= trim) & (scores <= 1.0 - trim) if trim > 0 else np.ones(len(scores), dtype=bool)
+    kept = trim_mask(scores, trim) if trim > 0 else np.ones(len(scores), dtype=bool)
     floor = 1.0 / max(int(kept.sum()), 1)
     return min(max(crump_alpha(scores[kept]), floor), AUTO_CLIP_MAX), CLIP_RULE
 
@@ -256,8 +306,10 @@ def dominant_unit(scores: np.ndarray, A: np.ndarray, kept: np.ndarray) -> bool:
     (:func:`weight_share_clip` > 0): the sign of weak overlap that makes
     ``clip="auto"`` warn.
     """
-    return (weight_share_clip(scores[kept & (A == 1)]) > 0
-            or weight_share_clip(1.0 - scores[kept & (A == 0)]) > 0)
+    if np.ndim(scores) == 1:
+        return (weight_share_clip(scores[kept & (A == 1)]) > 0
+                or weight_share_clip(1.0 - scores[kept & (A == 0)]) > 0)
+    return any(weight_share_clip(scores[kept & (A == arm), arm]) > 0 for arm in range(scores.shape[1]))
 
 
 def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn: bool = True,
@@ -269,47 +321,60 @@ def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn:
     is s_i/π̂_a(X_i), and the effective sample size is Kish's of those products.
 
     Trimming and clipping (see ``ccme.fit``): units whose score lies outside
-    [trim, 1 − trim] are dropped from the second stage; the scores of the units
-    kept are then clipped to [clip, 1 − clip].  The clipping counts, the
+    [trim, 1 − trim] (with k ≥ 3 arms: some arm's probability below trim) are
+    dropped from the second stage; the scores of the units kept are then
+    clipped to [clip, 1 − clip] (each arm's probability raised to at least clip).  The clipping counts, the
     warning and the effective sample sizes therefore concern the kept units
     only; with trim ≥ clip nothing is left to clip.  The positivity check looks
     at every unit: trimming cannot rescue a treatment the covariates predict.
     """
+    matrix = np.ndim(scores) == 2
     if trim > 0:
-        kept = (scores >= trim) & (scores <= 1.0 - trim)
-        trimmed_low, trimmed_high = int(np.sum(scores < trim)), int(np.sum(scores > 1.0 - trim))
+        kept = trim_mask(scores, trim)
+        if matrix:  # a unit is trimmed once, however many of its arms fall below trim
+            trimmed_low, trimmed_high = int(np.sum(~kept)), 0
+        else:
+            trimmed_low, trimmed_high = int(np.sum(scores < trim)), int(np.sum(scores > 1.0 - trim))
     else:
         kept, trimmed_low, trimmed_high = np.ones(len(scores), dtype=bool), 0, 0
-    low = int(np.sum(kept & (scores < clip)))
-    high = int(np.sum(kept & (scores > 1.0 - clip)))
     # The positivity check counts the scores outside a fixed band: the given
     # clip, or 0.01 under clip="auto" (whose value reflects the weights of the
     # units' own arms, which stay moderate when the scores separate the arms).
     bound = clip if clip_rule == "given" else POSITIVITY_BOUND
-    all_low, all_high = int(np.sum(scores < bound)), int(np.sum(scores > 1.0 - bound))
-    clipped = clip_scores(scores, clip)
+    if matrix:  # k ≥ 3 arms: counts of units with some arm's probability below the bound ("low")
+        low, high = int(np.sum(kept & np.any(scores < clip, axis=1))), 0
+        all_low, all_high = int(np.sum(np.any(scores < bound, axis=1))), 0
+    else:
+        low = int(np.sum(kept & (scores < clip)))
+        high = int(np.sum(kept & (scores > 1.0 - clip)))
+        all_low, all_high = int(np.sum(scores < bound)), int(np.sum(scores > 1.0 - bound))
+    probabilities = arm_probabilities(clip_scores(scores, clip))
     ess, n_arm = {}, {}
-    for arm in (1, 0):
+    for arm in ((1, 0) if not matrix else range(scores.shape[1])):
         in_arm = (A == arm) & kept
-        w = 1.0 / (clipped[in_arm] if arm == 1 else 1.0 - clipped[in_arm])
+        w = 1.0 / probabilities[in_arm, arm]
         if sampling_weights is not None:
             w = sampling_weights[in_arm] * w
         ess[arm] = float(w.sum() ** 2 / np.sum(w**2)) if w.size else 0.0
         n_arm[arm] = int(in_arm.sum())
-    treated_scores = scores[A == 1]
-    control_scores = scores[A == 0]
     # Positivity fails outright when the cross-fitted scores separate the
     # arms - the covariates predict the treatment out of sample: either
     # perfectly (AUC ≥ 0.999, whatever the learner's scores look like: a
     # forest's stay inside the clipping bounds), or almost perfectly
-    # (AUC ≥ 0.99) with most units at the clipping bounds.
-    if treated_scores.size and control_scores.size:
-        auc = _auc(treated_scores, control_scores)
+    # (AUC ≥ 0.99) with most units at the clipping bounds.  With k ≥ 3 arms,
+    # each arm's probability against the others' (one versus the rest).
+    raw = arm_probabilities(scores)
+    for arm in ((1,) if not matrix else range(scores.shape[1])):
+        members, others = raw[A == arm, arm], raw[A != arm, arm]
+        if not (members.size and others.size):
+            continue
+        auc = _auc(members, others)
         outside = all_low + all_high
         if auc >= 0.999 or (outside > 0.5 * len(scores) and auc >= 0.99):
+            which = "" if not matrix else f" (arm {arm} against the others)"
             raise PositivityError(
                 "the treatment is perfectly predicted by the propensity covariates "
-                f"(the cross-fitted scores separate the arms, AUC = {auc:.3f}, and {outside} of {len(scores)} "
+                f"(the cross-fitted scores separate the arms{which}, AUC = {auc:.3f}, and {outside} of {len(scores)} "
                 f"lie outside [{bound:g}, {1 - bound:g}]): "
                 "positivity fails, and no counterfactual distribution is identified"
             )
@@ -321,9 +386,11 @@ def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn:
             " by clip='auto' (Crump et al.'s rule); unclipped, a single unit would carry more than 1/sqrt(m) "
             "of its arm's weight")
         fmt = "g" if clip_rule == "given" else ".3g"
+        what = (f"{low} of {int(kept.sum())} units had an arm's propensity below {clip:{fmt}}, raised to it"
+                if matrix else f"{low + high} of {int(kept.sum())} propensity scores were clipped to "
+                f"[{clip:{fmt}}, {1 - clip:{fmt}}] ({low} below, {high} above)")
         warnings.warn(
-            f"{low + high} of {int(kept.sum())} propensity scores were clipped to [{clip:{fmt}}, {1 - clip:{fmt}}] "
-            f"({low} below, {high} above){why}: overlap is weak, and the weights of those units are capped",
+            f"{what}{why}: overlap is weak, and the weights of those units are capped",
             OverlapWarning,
             stacklevel=3,
         )

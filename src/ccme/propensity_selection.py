@@ -101,11 +101,18 @@ def log_loss(A, p, sample_weight=None) -> float:
     """Mean negative log-likelihood −mean(A log p + (1 − A) log(1 − p)), p bounded to [1e-15, 1 − 1e-15].
 
     With ``sample_weight`` w the weighted mean −Σ w_i ℓ_i / Σ w_i (the
-    population's log-loss under sampling weights).
+    population's log-loss under sampling weights).  For k ≥ 3 arms ``p`` is
+    the (n, k) matrix of class probabilities and ``A`` the arm codes 0..k − 1:
+    the multinomial log-loss −mean log p[i, A_i].
     """
-    A = np.asarray(A, dtype=np.float64)
-    p = np.clip(np.asarray(p, dtype=np.float64), _LOSS_EPS, 1.0 - _LOSS_EPS)
-    terms = A * np.log(p) + (1.0 - A) * np.log1p(-p)
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim == 2:
+        observed = p[np.arange(len(p)), np.asarray(A, dtype=np.intp)]
+        terms = np.log(np.clip(observed, _LOSS_EPS, 1.0))
+    else:
+        A = np.asarray(A, dtype=np.float64)
+        p = np.clip(p, _LOSS_EPS, 1.0 - _LOSS_EPS)
+        terms = A * np.log(p) + (1.0 - A) * np.log1p(-p)
     if sample_weight is None:
         return float(-np.mean(terms))
     return float(-np.average(terms, weights=sample_weight))
@@ -219,12 +226,23 @@ def _quiet_fit(model, X, y, *, one_thread: bool = True, sample_weight=None):
     return model
 
 
-def _proba1(model, X, *, one_thread: bool = True) -> np.ndarray:
+def _proba(model, X, k: int = 2, *, one_thread: bool = True) -> np.ndarray:
+    """P(A = 1 | X) (n,) of a fitted classifier for k = 2 arms; for k ≥ 3 the (n, k) matrix P(A = j | X).
+
+    Column j is arm code j (the classes are the codes 0..k − 1); a class the
+    fit never saw has probability 0.
+    """
     classes = list(model.classes_)
-    if 1 not in classes:
-        return np.zeros(len(X))
+    if k == 2:
+        if 1 not in classes:
+            return np.zeros(len(X))
+        with _one_thread() if one_thread else contextlib.nullcontext():
+            return model.predict_proba(X)[:, classes.index(1)]
     with _one_thread() if one_thread else contextlib.nullcontext():
-        return model.predict_proba(X)[:, classes.index(1)]
+        P = model.predict_proba(X)
+    out = np.zeros((len(X), k))
+    out[:, np.asarray(classes, dtype=np.intp)] = P
+    return out
 
 
 _LIMIT = {"lock": threading.Lock(), "depth": 0, "limiter": None, "controller": None}
@@ -434,23 +452,25 @@ class AutoPropensity(ClassifierMixin, BaseEstimator):
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y)
         self.classes_ = np.unique(y)
+        # Two classes: P(A = 1) as a vector; k ≥ 3 (multinomial): the codes 0..k − 1, probabilities as matrices.
+        arms = 2 if len(self.classes_) <= 2 else len(self.classes_)
         rng = np.random.default_rng(self.random_state)
         seeds = [int(s) for s in rng.integers(2**31 - 1, size=len(names) + 1)]
-        rows = _stratified_subsample(y, int(self.max_units), rng) if len(self.classes_) == 2 else np.arange(len(y))
+        rows = _stratified_subsample(y, int(self.max_units), rng) if len(self.classes_) >= 2 else np.arange(len(y))
         Xs, ys = X[rows], y[rows]
         w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         ws = None if w is None else w[rows]
-        smaller = int(np.unique(ys, return_counts=True)[1].min()) if len(self.classes_) == 2 else 0
+        smaller = int(np.unique(ys, return_counts=True)[1].min()) if len(self.classes_) >= 2 else 0
         k = int(min(self.cv, smaller))
         fitted, splits, oof = {}, [], np.empty((len(ys), 0))
         if k >= 2:
-            A = (ys == self.classes_[-1]).astype(np.float64)
+            A = (ys == self.classes_[-1]).astype(np.float64) if arms == 2 else ys.astype(np.intp)
             splits = list(StratifiedKFold(k, shuffle=True, random_state=seeds[-1]).split(Xs, ys))
-            oof = np.empty((len(ys), len(names)))
+            oof = np.empty((len(ys),) + ((arms,) if arms > 2 else ()) + (len(names),))
             for j, (name, seed) in enumerate(zip(names, seeds)):
-                oof[:, j], fitted[name] = _cv_predictions(name, seed, Xs, ys, splits, whole=len(rows) == len(y),
-                                                          sample_weight=ws)
-            losses = tuple(log_loss(A, oof[:, j], ws) for j in range(len(names)))
+                oof[..., j], fitted[name] = _cv_predictions(name, seed, Xs, ys, splits, whole=len(rows) == len(y),
+                                                            sample_weight=ws, k=arms)
+            losses = tuple(log_loss(A, oof[..., j], ws) for j in range(len(names)))
             if self.combine == "select":
                 weights = np.zeros(len(names))
                 weights[int(np.argmin(losses))] = 1.0
@@ -461,6 +481,7 @@ class AutoPropensity(ClassifierMixin, BaseEstimator):
             losses = tuple(np.nan for _ in names)
             weights = np.eye(len(names))[0]
             combined = np.nan
+        self.arms_ = arms
         self.models_ = [(float(c), fitted.get(name) or _quiet_fit(make_learner(name, seed), X, y, sample_weight=w))
                         for c, name, seed in zip(weights, names, seeds) if c > 0]
         self.selection_ = FoldSelection(names, losses, tuple(float(w) for w in weights), len(rows), len(y), max(k, 0),
@@ -471,16 +492,21 @@ class AutoPropensity(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X):
         X = np.asarray(X, dtype=np.float64)
-        p = sum(w * _proba1(model, X) for w, model in self.models_)
+        if self.arms_ > 2:  # columns in the order of classes_, the codes 0..k − 1
+            P = sum(w * _proba(model, X, self.arms_) for w, model in self.models_)
+            return np.clip(P, 0.0, 1.0)[:, np.asarray(self.classes_, dtype=np.intp)]
+        p = sum(w * _proba(model, X) for w, model in self.models_)
         p = np.clip(p, 0.0, 1.0)
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X):
-        return self.classes_[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
-def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool, sample_weight=None):
+def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool, sample_weight=None, k: int = 2):
     """Out-of-fold P(A = 1) of a candidate on the selection's folds, and the final model when it comes free.
+
+    For k ≥ 3 arms the out-of-fold (n, k) class probabilities (:func:`_proba`).
 
     Every candidate is scored on the same folds.  Boosting (and the
     unpenalised logistic regression) are refitted on each fold's training
@@ -504,7 +530,7 @@ def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool, sample_w
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    out = np.empty(len(y))
+    out = np.empty((len(y), k) if k > 2 else len(y))
     final = None
     if name == "logistic_cv":
         path = make_learner("logistic_cv", seed)
@@ -513,7 +539,7 @@ def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool, sample_w
         C = float(np.ravel(path.steps[-1][1].C_)[0])
         for train, test in splits:
             model = make_pipeline(StandardScaler(), LogisticRegression(C=C, solver="newton-cholesky", max_iter=100))
-            out[test] = _proba1(_quiet_fit(model, X[train], y[train], sample_weight=part(train)), X[test])
+            out[test] = _proba(_quiet_fit(model, X[train], y[train], sample_weight=part(train)), X[test], k)
         final = path if whole else None
     elif name == "forest":
         from sklearn.ensemble import RandomForestClassifier
@@ -522,11 +548,11 @@ def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool, sample_w
         rs = np.random.default_rng(seed).integers(2**31 - 1, size=len(splits))
         for (train, test), t, r in zip(splits, trees, rs):
             model = RandomForestClassifier(n_estimators=int(t), max_depth=4, random_state=int(r))
-            out[test] = _proba1(_quiet_fit(model, X[train], y[train], sample_weight=part(train)), X[test])
+            out[test] = _proba(_quiet_fit(model, X[train], y[train], sample_weight=part(train)), X[test], k)
     else:
         for train, test in splits:
-            out[test] = _proba1(_quiet_fit(make_learner(name, seed), X[train], y[train], sample_weight=part(train)),
-                                X[test])
+            out[test] = _proba(_quiet_fit(make_learner(name, seed), X[train], y[train], sample_weight=part(train)),
+                               X[test], k)
     return out, final
 
 
@@ -546,10 +572,15 @@ def _stratified_subsample(y, max_units: int, rng) -> np.ndarray:
 def _stack_weights(A, P, sample_weight=None) -> np.ndarray:
     """The weights w ≥ 0, Σw = 1, minimising the log-loss of P @ w (convex in w; SLSQP from equal weights).
 
-    With ``sample_weight`` s the weighted log-loss −Σ s_i ℓ_i / Σ s_i.
+    With ``sample_weight`` s the weighted log-loss −Σ s_i ℓ_i / Σ s_i.  For
+    k ≥ 3 arms P is (n, k, candidates) and A the codes: the loss is then
+    −mean log (Q @ w) with Q[i] = P[i, A_i], the candidates' probabilities of
+    the observed arm (for two arms the same loss, written with A and 1 − A).
     """
     from scipy.optimize import minimize
 
+    if P.ndim == 3:
+        return _stack_weights_multinomial(P[np.arange(len(P)), np.asarray(A, dtype=np.intp)], sample_weight)
     P = np.clip(P, _LOSS_EPS, 1.0 - _LOSS_EPS)
     k = P.shape[1]
     # unit i's share of the mean: 1/n unweighted (the arithmetic of the unweighted fit, unchanged)
@@ -564,6 +595,28 @@ def _stack_weights(A, P, sample_weight=None) -> np.ndarray:
         p = np.clip(P @ w, _LOSS_EPS, 1.0 - _LOSS_EPS)
         r = A / p - (1 - A) / (1 - p)
         return -(r @ P) / len(A) if share is None else -((share * r) @ P)
+
+    out = minimize(loss, np.full(k, 1.0 / k), jac=grad, method="SLSQP", bounds=[(0.0, 1.0)] * k,
+                   constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0}], options={"ftol": 1e-12})
+    w = np.clip(out.x, 0.0, None)
+    w[w < 1e-4] = 0.0
+    return w / w.sum()
+
+
+def _stack_weights_multinomial(Q, sample_weight=None) -> np.ndarray:
+    """:func:`_stack_weights` from Q (n, candidates), each candidate's probability of the unit's observed arm."""
+    from scipy.optimize import minimize
+
+    Q = np.clip(Q, _LOSS_EPS, 1.0)
+    k = Q.shape[1]
+    share = (np.full(len(Q), 1.0 / len(Q)) if sample_weight is None
+             else np.asarray(sample_weight, dtype=np.float64) / np.sum(sample_weight))
+
+    def loss(w):
+        return -(share @ np.log(np.clip(Q @ w, _LOSS_EPS, None)))
+
+    def grad(w):
+        return -((share / np.clip(Q @ w, _LOSS_EPS, None)) @ Q)
 
     out = minimize(loss, np.full(k, 1.0 / k), jac=grad, method="SLSQP", bounds=[(0.0, 1.0)] * k,
                    constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0}], options={"ftol": 1e-12})
@@ -686,16 +739,38 @@ class PropensityReport:
                    state["brier_constant"], state["log_loss"], *arrays)
 
 
-def calibration_report(learner: str, scores, A, selections=(), bins: int = RELIABILITY_BINS) -> PropensityReport:
-    """The :class:`PropensityReport` of cross-fitted ``scores`` (before clipping) against the treatment ``A``."""
+def calibration_report(learner: str, scores, A, selections=(), bins: int = RELIABILITY_BINS,
+                       reference: int = 0) -> PropensityReport:
+    """The :class:`PropensityReport` of cross-fitted ``scores`` (before clipping) against the treatment ``A``.
+
+    For k ≥ 3 arms (``scores`` (n, k)) the Brier score is half the multiclass
+    one, ½ mean Σ_j (π̂_j − 1{A = j})², with ½ Σ_j p̄_j (1 − p̄_j) for the
+    constant score (both equal the binary ones for k = 2); the log-loss is the
+    multinomial one, and the reliability curve pools every arm but the
+    ``reference`` (the share of units in the arm against its mean score).
+    """
     scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim == 2:
+        codes = np.asarray(A, dtype=np.intp)
+        onehot = np.eye(scores.shape[1])[codes]
+        shares = onehot.mean(axis=0)
+        brier = 0.5 * float(np.mean(np.sum((scores - onehot) ** 2, axis=1)))
+        others = [j for j in range(scores.shape[1]) if j != reference]
+        curve = _reliability(scores[:, others].ravel(), onehot[:, others].ravel(), bins)
+        return PropensityReport(learner, tuple(selections), brier, 0.5 * float(np.sum(shares * (1.0 - shares))),
+                                log_loss(codes, scores), *curve)
     A = np.asarray(A, dtype=np.float64)
+    share = float(A.mean())
+    return PropensityReport(learner, tuple(selections), float(np.mean((scores - A) ** 2)), share * (1.0 - share),
+                            log_loss(A, scores), *_reliability(scores, A, bins))
+
+
+def _reliability(scores, A, bins):
+    """Bin edges, mean score, share of A = 1 and count per equal-width bin of the scores."""
     edges = np.linspace(0.0, 1.0, bins + 1)
     which = np.clip(np.searchsorted(edges, scores, side="right") - 1, 0, bins - 1)
     count = np.bincount(which, minlength=bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_score = np.bincount(which, weights=scores, minlength=bins) / count
         treated = np.bincount(which, weights=A, minlength=bins) / count
-    share = float(A.mean())
-    return PropensityReport(learner, tuple(selections), float(np.mean((scores - A) ** 2)), share * (1.0 - share),
-                            log_loss(A, scores), edges, mean_score, treated, count.astype(np.int64))
+    return edges, mean_score, treated, count.astype(np.int64)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ParameterError
+from .propensity import arm_probabilities
 
 __all__ = ["MODES", "MODE_NAMES", "PseudoOutcome", "pseudo_outcome", "hajek_scores", "uses_first_stage",
            "uses_propensity", "check_mode"]
@@ -118,11 +119,15 @@ def hajek_scores(scores: np.ndarray, A: np.ndarray, folds, sample_weight: np.nda
     same coefficients from the raw scores.  The returned values are arm
     probabilities of each unit's own arm, not necessarily in [0, 1].
 
+    With k ≥ 3 arms the same holds for each arm j's generalised propensity
+    π̂_j: the units of arm j get π̂_j(X_i)·c_{k,j} in column j.
+
     Parameters
     ----------
-    scores : ndarray (n,)
-        Clipped cross-fitted π̂(X_i).
+    scores : ndarray (n,) or (n, k)
+        Clipped cross-fitted π̂(X_i), or the generalised propensities (one column per arm code).
     A : ndarray (n,)
+        Arm codes.
     folds : sequence of ccme.crossfit.Fold
     sample_weight : ndarray (n,) or None
         Sampling weights s: the mean is then the weighted one,
@@ -131,21 +136,24 @@ def hajek_scores(scores: np.ndarray, A: np.ndarray, folds, sample_weight: np.nda
 
     Returns
     -------
-    ndarray (n,)
+    ndarray (n, k)
+        Each arm's (normalised) probability, column j for arm code j
+        (:func:`ccme.propensity.arm_probabilities`).
     """
-    out = np.array(scores, dtype=np.float64, copy=True)
+    probabilities = arm_probabilities(scores)
+    out = probabilities.copy()
     for fold in folds:
         target = fold.target
-        for arm in (1, 0):
+        for arm in range(probabilities.shape[1]):
             rows = target[A[target] == arm]
             if rows.size == 0:
                 continue
-            p_arm = scores[rows] if arm == 1 else 1.0 - scores[rows]
+            p_arm = probabilities[rows, arm]
             if sample_weight is None:
                 c = np.sum(1.0 / p_arm) / len(target)
             else:
                 c = np.sum(sample_weight[rows] / p_arm) / np.sum(sample_weight[target])
-            out[rows] = scores[rows] * c if arm == 1 else 1.0 - (1.0 - scores[rows]) * c
+            out[rows, arm] = p_arm * c
     return out
 
 
@@ -156,13 +164,15 @@ def pseudo_outcome(mode: str, arm: int, *, A: np.ndarray, target: np.ndarray, sc
     Parameters
     ----------
     mode : {"dr", "ipw", "pi", "onestep"}
-    arm : {1, 0}
+    arm : int
+        The arm's code (1/0 for a binary treatment, 0..k − 1 for k levels).
     A : ndarray (n,)
-        Treatment of every unit (0/1).
+        Arm code of every unit.
     target : ndarray of int
         The fold's second-stage rows (D1).
-    scores_target : ndarray (len(target),)
-        Clipped π̂(X) = P̂(A = 1 | X) on those rows, fitted on the other folds.
+    scores_target : ndarray (len(target),) or (len(target), k)
+        Clipped π̂(X) = P̂(A = 1 | X) on those rows, fitted on the other folds,
+        or each arm's probability (:func:`ccme.propensity.arm_probabilities`).
     normalize : bool, default False
         Hájek normalisation: ω_i ← ω_i / mean_{j ∈ target} ω_j, so that the
         weights average to one over the fold's second-stage units (see
@@ -178,7 +188,7 @@ def pseudo_outcome(mode: str, arm: int, *, A: np.ndarray, target: np.ndarray, sc
         return PseudoOutcome(rows=rows, a=np.ones(len(rows)), b=np.zeros(len(rows)))
     check_mode(mode)
     n = len(target)
-    p_arm = scores_target if arm == 1 else 1.0 - scores_target
+    p_arm = arm_probabilities(scores_target)[:, arm]
     # 1/π̂_a on the arm's units, 0 elsewhere (whatever the other units' π̂_a)
     omega = np.divide(1.0, p_arm, out=np.zeros(n), where=in_arm)
     if normalize and omega.sum() > 0:

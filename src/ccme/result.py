@@ -16,8 +16,10 @@ V at its quartiles (:meth:`CCMEResult.profiles`).
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -29,7 +31,6 @@ from .grids import outcome_grid
 
 __all__ = ["CCMEResult", "load"]
 
-_ARMS = (1, 0)
 #: ``newdata`` default of the methods that summarise at the V-profiles.
 PROFILES = "profiles"
 
@@ -124,8 +125,19 @@ class CCMEResult:
         return self.design.n
 
     @property
+    def arms(self) -> tuple:
+        """The arm codes in the order results list them (:attr:`ccme.formula.Treatment.arms`)."""
+        return self.design.arms
+
+    @property
+    def levels(self) -> tuple:
+        """The treatment's levels; arm code j is ``levels[j]``."""
+        return self.design.treatment.levels
+
+    @property
     def n_arm(self) -> dict:
-        return {arm: int(np.sum(self.design.A == arm)) for arm in _ARMS}
+        """Units per arm, keyed by arm code."""
+        return {arm: int(np.sum(self.design.A == arm)) for arm in self.arms}
 
     @property
     def n_folds(self) -> int:
@@ -133,7 +145,12 @@ class CCMEResult:
 
     @property
     def propensity_scores(self) -> np.ndarray:
-        """Cross-fitted π̂(X_i) before clipping (each unit's score comes from the fold that left it out)."""
+        """Cross-fitted π̂(X_i) before clipping (each unit's score comes from the fold that left it out).
+
+        A vector P̂(A = 1 | X_i) for a binary treatment; for k ≥ 3 arms the
+        (n, k) generalised propensities, column j for ``levels[j]`` (as R's
+        ``predict`` of a multinomial fit).
+        """
         return self.overlap.scores.copy()
 
     @property
@@ -147,27 +164,33 @@ class CCMEResult:
         return self.overlap.report
 
     def __repr__(self) -> str:
-        n1, n0 = self.n_arm[1], self.n_arm[0]
+        counts = self.n_arm
         v = ", ".join(self.design.v_variables)
+        if self.design.treatment.binary:
+            arms = f"{counts[1]} treated, {counts[0]} control"
+        else:
+            arms = ", ".join(f"{counts[arm]} {self.levels[arm]!r}" for arm in self.arms)
         return (
             f"<ccme.CCMEResult: {self.method}/{self.mode}, {self.n_folds} folds, "
-            f"n={self.n} ({n1} treated, {n0} control), V = ({v})>"
+            f"n={self.n} ({arms}), V = ({v})>"
         )
 
     # -- the embeddings -----------------------------------------------------
-    def arm_index(self, arm) -> int:
-        """1 or 0 for ``arm`` given as 1/0, a boolean, or one of the treatment column's level labels.
+    def arm_index(self, arm=None) -> int:
+        """The code of ``arm``: 1/0, a boolean or a level label (binary); a level label (k ≥ 3 arms).
 
         Parameters
         ----------
-        arm : 1, 0, bool or a treatment level
+        arm : 1, 0, bool or a treatment level, default None
             The arm as the functionals accept it; a level label must have the type
-            of the treatment column's levels.
+            of the treatment column's levels.  None: the treated arm (1) of a
+            binary treatment; a treatment with k ≥ 3 levels needs the level.
 
         Returns
         -------
         int
-            1 (treated) or 0 (control).
+            1 (treated) or 0 (control) for a binary treatment; the level's
+            position in :attr:`levels` otherwise.
 
         Raises
         ------
@@ -181,27 +204,23 @@ class CCMEResult:
         >>> res.arm_index(True), res.arm_index(0)
         (1, 0)
         """
-        if isinstance(arm, (bool, np.bool_)):
-            return int(arm)
-        if isinstance(arm, (int, np.integer)) and int(arm) in _ARMS:
-            return int(arm)
         treatment = self.design.treatment
-        for label, index in ((treatment.level, 1), (treatment.control_level, 0)):
-            if arm == label and type(arm) is type(label):
-                return index
-        raise ParameterError(
-            f"`arm` must be 1 (treated) or 0 (control), or a level of {treatment.column!r} "
-            f"({treatment.level!r} or {treatment.control_level!r}); got {arm!r}"
-        )
+        if arm is None:
+            if treatment.binary:
+                return 1
+            raise ParameterError(f"the treatment {treatment.column!r} has {treatment.k} levels: name the arm, "
+                                 f"arm=<level> (one of {', '.join(map(repr, treatment.levels))})")
+        return treatment.code(arm)
 
-    def embedding(self, arm=1) -> Embedding:
+    def embedding(self, arm=None) -> Embedding:
         """The fitted embedding μ̂_{Y^a|V} of arm ``arm`` (:class:`ccme.Embedding`).
 
         Parameters
         ----------
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
 
         Returns
         -------
@@ -221,14 +240,15 @@ class CCMEResult:
         """
         return self.embeddings[self.arm_index(arm)]
 
-    def outcome_kernel(self, arm=1):
+    def outcome_kernel(self, arm=None):
         """The (normalised) outcome kernel with which arm ``arm``'s density, CDF and moments are read out.
 
         Parameters
         ----------
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
 
         Returns
         -------
@@ -293,10 +313,10 @@ class CCMEResult:
         >>> res.fine_grid().shape
         (2001,)
         """
-        return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
+        return outcome_grid(self.design.Y, [self.embeddings[arm].y_kernel for arm in self.arms], size=size)
 
     # -- functionals --------------------------------------------------------
-    def density(self, y, *, newdata=None, arm=1, normalize: bool = True) -> np.ndarray:
+    def density(self, y, *, newdata=None, arm=None, normalize: bool = True) -> np.ndarray:
         """Estimated conditional counterfactual density p̂(y | V = v) of arm ``arm``.
 
         Implements eq. (emp_density) of the paper with the normalised outcome
@@ -309,9 +329,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
         normalize : bool, default True
             Clip negative values and rescale each row to integrate to one on
             the grid (d_y = 1; for d_y > 1 only the clipping).
@@ -336,7 +357,7 @@ class CCMEResult:
         """
         return self.embedding(arm).density(y, v=self._v(newdata), normalize=normalize)
 
-    def cdf(self, y, *, newdata=None, arm=1, normalize: bool = True) -> np.ndarray:
+    def cdf(self, y, *, newdata=None, arm=None, normalize: bool = True) -> np.ndarray:
         """Estimated conditional CDF P̂(Y^a ≤ y | V = v), shape (n_newdata, G) (:meth:`ccme.Embedding.cdf`).
 
         Parameters
@@ -346,9 +367,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
         normalize : bool, default True
             Rescale to unit mass, clip to [0, 1], make non-decreasing in y (d_y = 1).
 
@@ -372,7 +394,7 @@ class CCMEResult:
         """
         return self.embedding(arm).cdf(y, v=self._v(newdata), normalize=normalize)
 
-    def mean(self, *, newdata=None, arm=1) -> np.ndarray:
+    def mean(self, *, newdata=None, arm=None) -> np.ndarray:
         """Estimated E[Y^a | V = v]: Σ_k c_k(v) y_k / Σ_k c_k(v).
 
         Parameters
@@ -380,9 +402,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
 
         Returns
         -------
@@ -404,7 +427,7 @@ class CCMEResult:
         """
         return self._squeeze(self.embedding(arm).mean(v=self._v(newdata)))
 
-    def var(self, *, newdata=None, arm=1) -> np.ndarray:
+    def var(self, *, newdata=None, arm=None) -> np.ndarray:
         """Variance of the estimated (kernel-smoothed) distribution of Y^a given V = v.
 
         Parameters
@@ -412,9 +435,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
 
         Returns
         -------
@@ -443,7 +467,7 @@ class CCMEResult:
         _, _, var = self.embedding(arm).moments(v=self._v(newdata))
         return self._squeeze(var)
 
-    def sd(self, *, newdata=None, arm=1) -> np.ndarray:
+    def sd(self, *, newdata=None, arm=None) -> np.ndarray:
         """Standard deviation of the estimated distribution of Y^a given V = v (the root of :meth:`var`).
 
         Parameters
@@ -451,9 +475,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
 
         Returns
         -------
@@ -476,7 +501,7 @@ class CCMEResult:
         """
         return np.sqrt(self.var(newdata=newdata, arm=arm))
 
-    def quantile(self, q, *, newdata=None, arm=1) -> np.ndarray:
+    def quantile(self, q, *, newdata=None, arm=None) -> np.ndarray:
         """Quantiles of the estimated distribution of Y^a | V = v (d_y = 1).
 
         Inverts the normalised CDF (unit mass, clipped to [0, 1], made
@@ -491,9 +516,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
 
         Returns
         -------
@@ -519,7 +545,7 @@ class CCMEResult:
         out = emb.quantile(levels, v=self._v(newdata), grid=self.fine_grid())
         return out[:, 0] if np.ndim(q) == 0 else out
 
-    def expected_shortfall(self, alpha, *, newdata=None, arm=1, tail="lower") -> np.ndarray:
+    def expected_shortfall(self, alpha, *, newdata=None, arm=None, tail="lower") -> np.ndarray:
         """Expected shortfall (CVaR) of Y^a | V = v: the mean of the lower (or upper) α tail (d_y = 1).
 
         ES⁻(α) = E[Y^a | Y^a ≤ Q(α), v], ES⁺(α) = E[Y^a | Y^a ≥ Q(1 − α), v]
@@ -532,7 +558,7 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm.
         tail : {"lower", "upper"}, default "lower"
 
@@ -558,7 +584,7 @@ class CCMEResult:
         out = self.embedding(arm).expected_shortfall(levels, v=self._v(newdata), tail=tail, grid=self.fine_grid())
         return out[:, 0] if np.ndim(alpha) == 0 else out
 
-    def superquantile(self, p, *, newdata=None, arm=1) -> np.ndarray:
+    def superquantile(self, p, *, newdata=None, arm=None) -> np.ndarray:
         """Superquantile E[Y^a | Y^a ≥ Q(p), v] (the upper expected shortfall at 1 − p; d_y = 1).
 
         Parameters
@@ -566,7 +592,7 @@ class CCMEResult:
         p : float or array of floats in (0, 1)
         newdata : DataFrame or None, default None
             The V-points (None: the training data's rows).
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
 
         Returns
         -------
@@ -590,7 +616,7 @@ class CCMEResult:
         out = self.embedding(arm).superquantile(levels, v=self._v(newdata), grid=self.fine_grid())
         return out[:, 0] if np.ndim(p) == 0 else out
 
-    def exceedance(self, c, *, newdata=None, arm=1) -> np.ndarray:
+    def exceedance(self, c, *, newdata=None, arm=None) -> np.ndarray:
         """Exceedance probabilities P(Y^a > c | V = v) = 1 − F̂(c | v) (normalised CDF; d_y = 1).
 
         Parameters
@@ -599,7 +625,7 @@ class CCMEResult:
             Thresholds.
         newdata : DataFrame or None, default None
             The V-points (None: the training data's rows).
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
 
         Returns
         -------
@@ -622,7 +648,7 @@ class CCMEResult:
         out = self.embedding(arm).exceedance(c, v=self._v(newdata))
         return out[:, 0] if np.ndim(c) == 0 else out
 
-    def interval(self, level=0.9, *, newdata=None, arm=1) -> np.ndarray:
+    def interval(self, level=0.9, *, newdata=None, arm=None) -> np.ndarray:
         """Central prediction interval of Y^a | V = v: the (1 ∓ level)/2 quantiles (d_y = 1).
 
         Parameters
@@ -632,9 +658,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
 
         Returns
         -------
@@ -659,7 +686,7 @@ class CCMEResult:
             raise ParameterError(f"`level` must be a number in (0, 1); got {level!r}")
         return self.quantile([(1 - level) / 2, (1 + level) / 2], newdata=newdata, arm=arm)
 
-    def density_mode(self, *, newdata=None, arm=1, candidates=None) -> np.ndarray:
+    def density_mode(self, *, newdata=None, arm=None, candidates=None) -> np.ndarray:
         """The most likely outcome under p̂(y | V = v) (``res.mode`` is the estimator's mode string).
 
         Parameters
@@ -667,9 +694,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
         candidates : array or None, default None
             Outcome points searched, (G,) or (G, d_y); None: for d_y = 1
             :meth:`fine_grid`, for d_y > 1 the observed outcomes (the empirical
@@ -698,7 +726,7 @@ class CCMEResult:
             candidates = self.fine_grid()[:, None] if self.design.Y.shape[1] == 1 else self.design.Y
         return self._squeeze(self.embedding(arm).mode(v=self._v(newdata), candidates=candidates))
 
-    def sample(self, n, *, newdata=None, arm=1, seed=None) -> np.ndarray:
+    def sample(self, n, *, newdata=None, arm=None, seed=None) -> np.ndarray:
         """``n`` points representing p̂(y | V = v) for each row of ``newdata``, by kernel herding.
 
         See :meth:`ccme.Embedding.sample` (it respects the signed weights; the
@@ -712,9 +740,10 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
         seed : int or None, default None
             Seed of the candidate points; None: the fit's seed.
 
@@ -741,7 +770,7 @@ class CCMEResult:
         out = self.embedding(arm).sample(int(n), v=self._v(newdata), seed=self.seed if seed is None else seed)
         return out[:, :, 0] if out.shape[2] == 1 else out
 
-    def mmd(self, *, newdata=None) -> np.ndarray:
+    def mmd(self, *, newdata=None, arms=None) -> np.ndarray:
         """The MMD ‖μ̂₁(v) − μ̂₀(v)‖ between the arms' embeddings at each V-point (:meth:`ccme.Embedding.mmd`).
 
         Parameters
@@ -749,6 +778,9 @@ class CCMEResult:
         newdata : DataFrame or None, default None
             Rows with the columns V is built from, one V-point each; None: the
             training data's rows.
+        arms : pair of arms or None, default None
+            The two arms compared, (a, b); None: treated and control (a
+            treatment with k ≥ 3 levels needs the pair of levels).
 
         Returns
         -------
@@ -766,7 +798,8 @@ class CCMEResult:
         >>> res.mmd(newdata=ccme.datasets.PAPER_PROFILES).shape
         (2,)
         """
-        return self.embedding(1).mmd(self.embedding(0), v=self._v(newdata))
+        a, b = self.design.treatment.contrast(arms)
+        return self.embeddings[a].mmd(self.embeddings[b], v=self._v(newdata))
 
     # -- profiles, tables, summary, plots ----------------------------------
     # -- profiles, tables, summary -----------------------------------------
@@ -811,8 +844,8 @@ class CCMEResult:
         Returns
         -------
         DataFrame
-            Columns ``profile``, ``arm``, ``outcome``, ``term`` ("mean", "sd")
-            and ``estimate``.
+            Columns ``profile``, ``arm`` (1/0 for a binary treatment, else the
+            level), ``outcome``, ``term`` ("mean", "sd") and ``estimate``.
 
         Raises
         ------
@@ -829,12 +862,14 @@ class CCMEResult:
         frame, index = self._frame(newdata)
         V = self._v(frame)
         rows = []
-        for arm in _ARMS:
-            _, mean, var = self.embedding(arm).moments(v=V)
+        treatment = self.design.treatment
+        for arm in self.arms:
+            _, mean, var = self.embeddings[arm].moments(v=V)
+            named = arm if treatment.binary else treatment.label(arm)
             for i, label in enumerate(index):
                 for j, name in enumerate(self.design.y_names):
                     for term, value in (("mean", mean[i, j]), ("sd", np.sqrt(var[i, j]))):
-                        rows.append({"profile": label, "arm": arm, "outcome": name, "term": term, "estimate": value})
+                        rows.append({"profile": label, "arm": named, "outcome": name, "term": term, "estimate": value})
         return pd.DataFrame(rows, columns=["profile", "arm", "outcome", "term", "estimate"])
 
     def summary(self, *, newdata=PROFILES, n_boot=None):
@@ -896,10 +931,10 @@ class CCMEResult:
         >>> res.default_grid().shape, res.default_grid(50).shape
         ((400,), (50,))
         """
-        return outcome_grid(self.design.Y, [self.outcome_kernel(1), self.outcome_kernel(0)], size=size)
+        return outcome_grid(self.design.Y, [self.embeddings[arm].y_kernel for arm in self.arms], size=size)
 
     # -- effects and uncertainty -------------------------------------------
-    def effect(self, *, newdata=PROFILES, q=None, y=None, alpha=None, level=0.95, n_boot=None,
+    def effect(self, *, newdata=PROFILES, arms=None, q=None, y=None, alpha=None, level=0.95, n_boot=None,
                seed=None, target="smoothed") -> pd.DataFrame:
         """Distributional treatment effects at each V-point, with bootstrap intervals, as a long table.
 
@@ -928,6 +963,12 @@ class CCMEResult:
             The V-points: V at its quartiles (:meth:`profiles`), the rows of a
             DataFrame with the columns V is built from, or None for the training
             data's rows.
+        arms : pair of arms or None, default None
+            The comparison (a, b): every effect is arm a's functional minus arm
+            b's (``arms=("high", "placebo")``).  None: treated versus control;
+            for a treatment with k ≥ 3 levels every other level versus the
+            reference level (``fit(reference=)``), stacked, with a ``contrast``
+            column ("high - placebo"), as R's treatment contrasts.
         q : sequence of float in (0, 1) or None, default None
             Levels of the quantile treatment effects; None: 0.1, 0.25, 0.5, 0.75, 0.9.
         y : sequence of float or None, default None
@@ -951,7 +992,8 @@ class CCMEResult:
             Columns ``profile``, ``term``, ``outcome``, ``at`` (q of a QTE, y of a
             CDF difference, α of an expected shortfall, NaN otherwise), ``estimate``, and with intervals
             ``std_error``, ``conf_low``, ``conf_high``; ``attrs`` records the
-            interval method, level and draws.
+            interval method, level and draws.  A treatment with k ≥ 3 levels
+            adds a first column ``contrast``.
 
         Raises
         ------
@@ -975,6 +1017,15 @@ class CCMEResult:
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         _bias_reduction(target)  # checks `target` before any work
+        treatment = self.design.treatment
+        if arms is None and not treatment.binary:
+            tables = [self.effect(newdata=newdata, arms=(treatment.label(arm), treatment.reference), q=q, y=y,
+                                  alpha=alpha, level=level, n_boot=n_boot, seed=seed, target=target)
+                      for arm in self.arms if arm != treatment.reference_code]
+            table = pd.concat(tables, ignore_index=True)
+            table.attrs.update(tables[0].attrs)
+            return table
+        pair = treatment.contrast(arms)
 
         frame, index = self._frame(newdata)
         V = self._v(frame)
@@ -985,14 +1036,14 @@ class CCMEResult:
         if y is None:
             y_points = np.quantile(self.design.Y[:, 0], [0.25, 0.5, 0.75]) if one_dim else np.zeros(0)
         else:
-            y_points = self.embedding(1)._y(y)[:, 0] if one_dim else np.zeros(0)
+            y_points = self.embeddings[pair[0]]._y(y)[:, 0] if one_dim else np.zeros(0)
         if not one_dim:
             levels, tails = np.zeros(0), np.zeros(0)
         if n_boot is None:
             n_boot = 499 if self.estimator.supports_bootstrap else 0
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
             raise ParameterError(f"`n_boot` must be a non-negative integer; got {n_boot!r}")
-        estimates = effect_estimates(self, V, levels, y_points, tails)
+        estimates = effect_estimates(self, V, levels, y_points, tails, arms=pair)
         intervals = None
         if n_boot:
             if not self.estimator.supports_bootstrap:
@@ -1002,16 +1053,18 @@ class CCMEResult:
                 )
             intervals = effect_intervals(self, V, estimates, q=levels, y_points=y_points, level=level,
                                          n_boot=int(n_boot), seed=self.seed if seed is None else seed, alpha=tails,
-                                         target=target)
+                                         target=target, arms=pair)
         table = effect_frame(self, V, index, estimates, q=levels, y_points=y_points, alpha=tails,
                              intervals=intervals)
+        if not treatment.binary:
+            table.insert(0, "contrast", f"{treatment.label(pair[0])} - {treatment.label(pair[1])}")
         method = ("multiplier bootstrap, symmetric basic, bias-reduced (iterated Tikhonov, order "
                   f"{BAND_ORDER})" if target == "smoothed" else "multiplier bootstrap, symmetric basic")
         table.attrs.update(interval=method if intervals else "none", target=target if intervals else None,
                            level=float(level) if intervals else None, n_boot=int(n_boot))
         return table
 
-    def test_effect(self, *, newdata=None, statistic="mmd", n_boot=499, seed=None, n_global=50):
+    def test_effect(self, *, newdata=None, arms=None, statistic="mmd", n_boot=499, seed=None, n_global=50):
         """Test H0: p(Y¹ | V = v) = p(Y⁰ | V = v), by a multiplier bootstrap (estimators with a linear second stage).
 
         T(v) = ‖μ̂₁(v) − μ̂₀(v)‖², the squared MMD (``statistic="mmd"``, d_y = 1,
@@ -1029,6 +1082,10 @@ class CCMEResult:
             distribution).
         statistic : {"mmd", "mean"}, default "mmd"
             The squared MMD or the squared difference of the means.
+        arms : pair of arms or None, default None
+            The two arms compared, (a, b) (the hypothesis reads with Y¹ as Y^a
+            and Y⁰ as Y^b); None: treated and control (a treatment with k ≥ 3
+            levels needs the pair).
         n_boot : int, default 499
             Bootstrap draws (at least 10).
         seed : int or None, default None
@@ -1061,7 +1118,18 @@ class CCMEResult:
 
         seed = self.seed if seed is None else seed
         V, index = self._test_points(newdata, seed, n_global)
-        return test_effect(self, V, index, statistic=statistic, n_boot=n_boot, seed=seed)
+        pair = self.design.treatment.contrast(arms)
+        return self._named_test(test_effect(self, V, index, statistic=statistic, n_boot=n_boot, seed=seed,
+                           arms=pair), pair)
+
+    def _named_test(self, test, pair):
+        """``test`` with its hypothesis written with the levels' names (Y1, Y0 stand for arms a, b of ``pair``)."""
+        treatment = self.design.treatment
+        if treatment.binary and tuple(pair) == (1, 0):
+            return test
+        first, second = (f"Y[{treatment.label(a)}]" for a in pair)
+        text = re.sub(r"Y([01])", lambda m: first if m.group(1) == "1" else second, test.hypothesis)
+        return replace(test, hypothesis=text)
 
     def _test_points(self, newdata, seed, n_global):
         """The V-points of a test: ``n_global`` training rows drawn with ``seed`` for None, else ``newdata``."""
@@ -1072,7 +1140,7 @@ class CCMEResult:
         frame, index = self._frame(newdata)
         return self._v(frame), index
 
-    def test_dominance(self, *, newdata=None, n_boot=499, seed=None, n_global=50):
+    def test_dominance(self, *, newdata=None, arms=None, n_boot=499, seed=None, n_global=50):
         """Test H0: Y¹ first-order stochastically dominates Y⁰ given V = v (F₁(y | v) ≤ F₀(y | v) for all y).
 
         T(v) = sup_y (F̂₁ − F̂₀)(y)⁺ on a grid over the data, calibrated by the
@@ -1086,6 +1154,10 @@ class CCMEResult:
         ----------
         newdata : DataFrame, "profiles" or None, default None
             V-points to test at; None: ``n_global`` training rows drawn with ``seed``.
+        arms : pair of arms or None, default None
+            The two arms compared, (a, b) (the hypothesis reads with Y¹ as Y^a
+            and Y⁰ as Y^b); None: treated and control (a treatment with k ≥ 3
+            levels needs the pair).
         n_boot : int, default 499
             Bootstrap draws.
         seed : int or None, default None
@@ -1117,9 +1189,11 @@ class CCMEResult:
 
         seed = self.seed if seed is None else seed
         V, index = self._test_points(newdata, seed, n_global)
-        return shape_test(self, V, index, hypothesis="dominance", n_boot=n_boot, seed=seed)
+        pair = self.design.treatment.contrast(arms)
+        return self._named_test(shape_test(self, V, index, hypothesis="dominance", n_boot=n_boot, seed=seed,
+                          arms=pair), pair)
 
-    def test_location_shift(self, *, newdata=None, n_boot=499, seed=None, n_global=50):
+    def test_location_shift(self, *, newdata=None, arms=None, n_boot=499, seed=None, n_global=50):
         """Test H0: the effect at V = v is a pure location shift, Y¹ =ᵈ Y⁰ + δ(v).
 
         δ̂(v) is the difference of means; T(v) = sup_y |F̂₁(y | v) − F̂₀(y − δ̂ | v)|,
@@ -1133,6 +1207,10 @@ class CCMEResult:
         ----------
         newdata : DataFrame, "profiles" or None, default None
             V-points to test at; None: ``n_global`` training rows drawn with ``seed``.
+        arms : pair of arms or None, default None
+            The two arms compared, (a, b) (the hypothesis reads with Y¹ as Y^a
+            and Y⁰ as Y^b); None: treated and control (a treatment with k ≥ 3
+            levels needs the pair).
         n_boot : int, default 499
             Bootstrap draws.
         seed : int or None, default None
@@ -1163,9 +1241,11 @@ class CCMEResult:
 
         seed = self.seed if seed is None else seed
         V, index = self._test_points(newdata, seed, n_global)
-        return shape_test(self, V, index, hypothesis="location", n_boot=n_boot, seed=seed)
+        pair = self.design.treatment.contrast(arms)
+        return self._named_test(shape_test(self, V, index, hypothesis="location", n_boot=n_boot, seed=seed,
+                          arms=pair), pair)
 
-    def bands(self, level=0.9, *, newdata=PROFILES, arm=1, y=None, feature="density", n_boot=499, seed=None,
+    def bands(self, level=0.9, *, newdata=PROFILES, arm=None, y=None, feature="density", n_boot=499, seed=None,
               target="smoothed"):
         """Pointwise and simultaneous bootstrap bands for the smoothed density or CDF (linear second stages).
 
@@ -1196,9 +1276,10 @@ class CCMEResult:
             The V-points: V at its quartiles (:meth:`profiles`), the rows of a
             DataFrame with the columns V is built from, or None for the training
             data's rows.
-        arm : 1, 0, bool or a treatment level, default 1
+        arm : 1, 0, bool or a treatment level, default None
             The arm: 1 (treated) or 0 (control), ``True``/``False``, or a level of
-            the treatment column.
+            the treatment column; None: the treated arm (a treatment with k ≥ 3
+            levels needs the level).
         y : array or None, default None
             Increasing outcome grid; None: :meth:`default_grid` with 200 points.
         feature : {"density", "cdf"}, default "density"
@@ -1252,8 +1333,9 @@ class CCMEResult:
         newdata : DataFrame or "profiles", default "profiles"
             The V-points, one curve each: V at its quartiles (:meth:`profiles`) or
             the rows of a DataFrame with the columns V is built from.
-        arm : {"both", 1, 0} or a treatment level, default "both"
-            The arm(s) drawn: treated solid, control dashed.
+        arm : {"both", "all", 1, 0} or a treatment level, default "both"
+            The arm(s) drawn: "both"/"all" every arm (treated solid, control
+            dashed; k ≥ 3 levels: a line style per level), or one arm.
         y : array or None, default None
             Outcome grid; None: :meth:`default_grid`.
         ax : matplotlib Axes or None, default None
@@ -1292,8 +1374,8 @@ class CCMEResult:
         return plot_densities(self, newdata=newdata, arm=arm, y=y, ax=ax, truth=truth, bands=bands, level=level,
                               n_boot=n_boot, **kwargs)
 
-    def plot_effect(self, *, newdata=PROFILES, q=None, bands=True, level=0.9, n_boot=299, seed=None, ax=None,
-                    **kwargs):
+    def plot_effect(self, *, newdata=PROFILES, arms=None, q=None, bands=True, level=0.9, n_boot=299, seed=None,
+                    ax=None, **kwargs):
         """Quantile treatment effect curves q ↦ Q₁(q | v) − Q₀(q | v), with bootstrap bands; returns the Axes.
 
         The dotted line is the difference of the means at each profile; the
@@ -1304,6 +1386,9 @@ class CCMEResult:
         newdata : DataFrame or "profiles", default "profiles"
             The V-points, one curve each: V at its quartiles (:meth:`profiles`) or
             the rows of a DataFrame with the columns V is built from.
+        arms : pair of arms or None, default None
+            The comparison (a, b), Q_a − Q_b; None: treated and control (a
+            treatment with k ≥ 3 levels needs the pair).
         q : sequence of float in (0, 1) or None, default None
             Quantile levels on the x-axis; None: 37 levels from 0.05 to 0.95.
         bands : bool, default True
@@ -1339,7 +1424,7 @@ class CCMEResult:
         """
         from .plotting import plot_effect
 
-        return plot_effect(self, newdata=newdata, q=q, bands=bands, level=level, n_boot=n_boot, seed=seed,
+        return plot_effect(self, newdata=newdata, arms=arms, q=q, bands=bands, level=level, n_boot=n_boot, seed=seed,
                            ax=ax, **kwargs)
 
     def plot_overlap(self, *, ax=None, bins=30):
@@ -1410,8 +1495,9 @@ class CCMEResult:
         newdata : DataFrame or "profiles", default "profiles"
             The V-points, one curve each: V at its quartiles (:meth:`profiles`) or
             the rows of a DataFrame with the columns V is built from.
-        arm : {"both", 1, 0} or a treatment level, default "both"
-            The arm(s) drawn: treated solid, control dashed.
+        arm : {"both", "all", 1, 0} or a treatment level, default "both"
+            The arm(s) drawn: "both"/"all" every arm (treated solid, control
+            dashed; k ≥ 3 levels: a line style per level), or one arm.
         y : array or None, default None
             Outcome grid; None: :meth:`default_grid`.
         bands : bool, default False
@@ -1659,8 +1745,8 @@ class CCMEResult:
                 parts.append(reader(part))
             embeddings[arm] = Embedding(parts, Kernel.from_state(node["readout"]), rkhs_kernel=params.kernels["y"],
                                         outcome_range=outcome_range, encode=design.encode_v, arm=arm)
-        if set(embeddings) != set(_ARMS):
-            raise FormatError("the stored result does not hold both arms' embeddings")
+        if set(embeddings) != set(design.arms):
+            raise FormatError("the stored result does not hold every arm's embedding")
         return cls(
             call=state["call"], design=design, method=state["method"], mode=state["mode"],
             folds=tuple(Fold.from_state(f) for f in state["folds"]), seed=state["seed"], estimator=estimator,

@@ -195,7 +195,7 @@ def weighted_options(method: str, options: dict, *, distributed: bool) -> dict:
         Another method, ``approx="exact"``, a forest (or "auto") first stage,
         or a fit on a Dask cluster.
     """
-    from .estimators.forest_first_stage import check_first_stage
+    from .estimators.forest_first_stage import first_stage_choices
 
     if method != "ridge":
         raise ParameterError(f"method={method!r} does not take sampling weights; method='ridge' does (its weighted "
@@ -206,8 +206,7 @@ def weighted_options(method: str, options: dict, *, distributed: bool) -> dict:
         raise ParameterError("approx='exact' does not take sampling weights: the weighted regressions are solved on "
                              "the low-rank path only (its Nyström features make them O(n r^2)); use approx='auto' or "
                              "'lowrank', whose default rank_tol is within about 1e-4 of the exact fit")
-    first_stage = check_first_stage(options["first_stage"])
-    if any(first_stage[arm] != "kernel" for arm in (1, 0)):
+    if any(choice != "kernel" for choice in first_stage_choices(options["first_stage"])):
         raise ParameterError("sampling weights need first_stage='kernel' (the forest first stage has no weighted "
                              f"form here); got first_stage={options['first_stage']!r}")
     return {**options, "approx": "lowrank"}

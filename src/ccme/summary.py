@@ -48,15 +48,16 @@ class Summary:
     @classmethod
     def from_result(cls, res, newdata=None, n_boot: int = 0) -> "Summary":
         design = res.design
-        n1, n0 = res.n_arm[1], res.n_arm[0]
         treatment = design.treatment
+        names = _arm_names(res)
+        counts = ", ".join(f"{res.n_arm[arm]} {names[arm]}" for arm in res.arms)
         data_rows = [
             ("Formula", str(res.formula)),
             ("Outcome", ", ".join(design.y_names)),
             ("Treatment", treatment.describe()),
             ("V", _names(design.v_names)),
             ("X", _names(design.x_names)),
-            ("Observations", f"{res.n} ({n1} treated, {n0} control)"
+            ("Observations", f"{res.n} ({counts})"
              + (f"; {design.n_dropped} rows with missing values dropped" if design.n_dropped else "")),
             ("Cross-fitting", f"{res.n_folds} folds, seed {res.seed}"),
         ]
@@ -73,17 +74,21 @@ class Summary:
             ("Model", "known scores" if known else f"{model} on {_names(res.propensity_columns)}"),
             ("Scores", f"range [{_fmt(scores.min())}, {_fmt(scores.max())}]" + ("" if known else ", cross-fitted")),
             ("Calibration", report.describe_calibration()) if report is not None else None,
-            ("Clipped", f"{ov.n_clipped} to [{res.clip:{fmt}}, {1 - res.clip:{fmt}}] ({ov.n_clipped_low} below, "
-                        f"{ov.n_clipped_high} above); clip {ov.clip_rule}"),
+            ("Clipped", (f"{ov.n_clipped} to [{res.clip:{fmt}}, {1 - res.clip:{fmt}}] ({ov.n_clipped_low} below, "
+                         f"{ov.n_clipped_high} above)" if treatment.binary else
+                         f"{ov.n_clipped} unit(s) with an arm's score raised to {res.clip:{fmt}}")
+                        + f"; clip {ov.clip_rule}"),
             ("Weights", "Hajek-normalised: mean 1 per fold and arm") if ov.normalized else None,
-            ("Effective n", f"treated {ov.ess[1]:.1f} of {ov.n_arm[1]}; control {ov.ess[0]:.1f} of {ov.n_arm[0]}"
+            ("Effective n", "; ".join(f"{names[arm]} {ov.ess[arm]:.1f} of {ov.n_arm[arm]}" for arm in res.arms)
                             + ("; Kish, sampling weight x propensity weight"
                                if sampling is not None and sampling.active is not None else "")),
         ]
         prop_rows = [row for row in prop_rows if row is not None]
         if getattr(ov, "trim", 0.0) > 0:
-            prop_rows.insert(2, ("Trimmed", f"{ov.n_trimmed} outside [{ov.trim:g}, {1 - ov.trim:g}] ({ov.n_trimmed_low} "
-                                            f"below, {ov.n_trimmed_high} above) dropped from the second stage"))
+            prop_rows.insert(2, ("Trimmed", (f"{ov.n_trimmed} outside [{ov.trim:g}, {1 - ov.trim:g}] ({ov.n_trimmed_low} "
+                                             f"below, {ov.n_trimmed_high} above)" if treatment.binary else
+                                             f"{ov.n_trimmed} with an arm's score below {ov.trim:g}")
+                                            + " dropped from the second stage"))
         if res.mode == "pi" or res.mode == "onestep":
             prop_rows.append(("Note", f"the {_MODE_NAMES[res.mode]} estimate does not use the propensity"))
         if isinstance(newdata, str) and newdata == "profiles":
@@ -114,7 +119,9 @@ class Summary:
         if res.tuning is not None and getattr(res.tuning, "relevance", None):
             sections.append(("Covariate relevance (learned bandwidths)", tuple(res.tuning.relevance_rows())))
         sections.append(("Propensity", tuple(prop_rows)))
-        sections.append(("Effects (Y1 vs Y0 at the profiles)", tuple(effect_rows)))
+        compared = ("Y1 vs Y0" if treatment.binary
+                    else f"each level vs the reference {treatment.reference!r}")
+        sections.append((f"Effects ({compared} at the profiles)", tuple(effect_rows)))
         for title, rows in res.estimator.diagnostics(res.embeddings):
             sections.append((title, tuple(rows)))
         if notes:
@@ -164,14 +171,27 @@ class Summary:
         return self.table.copy()
 
 
+def _arm_names(res) -> dict:
+    """Arm code → how the summary names it: "treated"/"control", or the level's repr."""
+    treatment = res.design.treatment
+    if treatment.binary:
+        return {1: "treated", 0: "control"}
+    return {arm: repr(treatment.label(arm)) for arm in res.arms}
+
+
+def _column_key(res, arm) -> str:
+    """How the profile table's columns name an arm: Y1/Y0, or Y[level]."""
+    return f"Y{arm}" if res.design.treatment.binary else f"Y[{res.design.treatment.label(arm)}]"
+
+
 def _readout_rows(res) -> list:
     """The arms' read-out kernels, when they differ from the embedding's outcome kernel."""
     common = res.kernels["y"]
-    k1, k0 = res.outcome_kernel(1), res.outcome_kernel(0)
-    if k1 == common and k0 == common:
+    kernels = {arm: res.embeddings[arm].y_kernel for arm in res.arms}
+    if all(k == common for k in kernels.values()):
         return []
-    names = res.design.y_names
-    return [("Y density, treated", k1.describe(names)), ("Y density, control", k0.describe(names))]
+    names, y_names = _arm_names(res), res.design.y_names
+    return [(f"Y density, {names[arm]}", kernels[arm].describe(y_names)) for arm in res.arms]
 
 
 def _tuning_rows(report) -> list:
@@ -192,7 +212,8 @@ def _tuning_rows(report) -> list:
     for stage in (1, 2):
         epochs = report.chosen.get(f"epochs_stage{stage}")
         if epochs:
-            kept = ", ".join(f"{'treated' if arm == 1 else 'control'} {e}" for arm, e in epochs.items())
+            kept = ", ".join(f"{({1: 'treated', 0: 'control'}.get(arm, arm) if len(epochs) == 2 else arm)} {e}"
+                             for arm, e in epochs.items())
             rows.append((f"Epochs, stage {stage}", f"{kept} (best validation loss, first fold)"))
     rows.append(("Time", f"{report.seconds:.2f} s"))
     rows += [("Note", note) for note in report.notes]
@@ -203,33 +224,45 @@ def _profile_table(res, newdata) -> pd.DataFrame:
     frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
     table = frame[[c for c in res.design.v_variables if c in frame.columns]].copy()
     y_names = res.design.y_names
-    means = {arm: np.atleast_2d(res.mean(newdata=frame, arm=arm).T).T for arm in (1, 0)}
-    sds = {arm: np.atleast_2d(res.sd(newdata=frame, arm=arm).T).T for arm in (1, 0)}
+    V = res.design.encode_v(frame)
+    moments = {arm: res.embeddings[arm].moments(v=V) for arm in res.arms}
+    means = {arm: moments[arm][1] for arm in res.arms}
+    sds = {arm: np.sqrt(moments[arm][2]) for arm in res.arms}
+    treatment = res.design.treatment
+    reference = 0 if treatment.binary else treatment.reference_code
     for j, name in enumerate(y_names):
         suffix = "" if len(y_names) == 1 else f"[{name}]"
-        table[f"mean Y1{suffix}"] = means[1][:, j]
-        table[f"sd Y1{suffix}"] = sds[1][:, j]
-        table[f"mean Y0{suffix}"] = means[0][:, j]
-        table[f"sd Y0{suffix}"] = sds[0][:, j]
-        table[f"diff{suffix}"] = means[1][:, j] - means[0][:, j]
+        for arm in res.arms:
+            table[f"mean {_column_key(res, arm)}{suffix}"] = means[arm][:, j]
+            table[f"sd {_column_key(res, arm)}{suffix}"] = sds[arm][:, j]
+        for arm in res.arms:
+            if arm != reference:
+                what = "" if treatment.binary else f" {treatment.label(arm)}"
+                table[f"diff{what}{suffix}"] = means[arm][:, j] - means[reference][:, j]
     return table
 
 
 def _effect_rows(res, newdata, n_boot: int) -> list:
     """Per profile: difference of means, MMD and (with ``n_boot`` > 0, method="ridge") the test's p-value."""
     frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
-    table = effect_table(res, res.design.encode_v(frame), list(frame.index), q=[])
-    pvalues = None
-    if n_boot and res.estimator.supports_bootstrap and len(res.design.y_names) == 1:
-        pvalues = res.test_effect(newdata=frame, n_boot=n_boot).table["p_value"].to_numpy()
-    mean_cols = [c for c in table.columns if c.startswith("mean diff")]
+    treatment = res.design.treatment
+    pairs = [(1, 0)] if treatment.binary else [(arm, treatment.reference_code) for arm in res.arms
+                                              if arm != treatment.reference_code]
     rows = []
-    for i, label in enumerate(table.index):
-        diffs = ", ".join(f"{c} {_fmt(table[c].iloc[i])}" for c in mean_cols)
-        text = f"{diffs}; MMD {_fmt(table['mmd'].iloc[i])}"
-        if pvalues is not None:
-            text += f"; p = {_fmt(pvalues[i])} (MMD test, {n_boot} draws)"
-        rows.append((str(label), text))
+    for pair in pairs:
+        table = effect_table(res, res.design.encode_v(frame), list(frame.index), q=[], arms=pair)
+        pvalues = None
+        if n_boot and res.estimator.supports_bootstrap and len(res.design.y_names) == 1:
+            labels = pair if treatment.binary else tuple(treatment.label(a) for a in pair)
+            pvalues = res.test_effect(newdata=frame, n_boot=n_boot, arms=labels).table["p_value"].to_numpy()
+        mean_cols = [c for c in table.columns if c.startswith("mean diff")]
+        head = "" if treatment.binary else f"{treatment.label(pair[0])} vs {treatment.label(pair[1])}: "
+        for i, label in enumerate(table.index):
+            diffs = ", ".join(f"{c} {_fmt(table[c].iloc[i])}" for c in mean_cols)
+            text = f"{head}{diffs}; MMD {_fmt(table['mmd'].iloc[i])}"
+            if pvalues is not None:
+                text += f"; p = {_fmt(pvalues[i])} (MMD test, {n_boot} draws)"
+            rows.append((str(label), text))
     if pvalues is None:
         rows.append(("Test", "res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
     return rows

@@ -131,6 +131,7 @@ from .errors import CcmeWarning, ParameterError
 from .kernels import Kernel
 from .grids import outcome_grid
 from .memory import check_allocation
+from .propensity import arm_probabilities
 from .pseudo import PseudoOutcome, pseudo_outcome, uses_first_stage
 from .estimators.ridge import apply_first_stage
 
@@ -603,6 +604,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
 
     prepared = params.to_dict()
     A, Y, V = design.A, design.Y, design.V
+    arms = design.arms
     G = _outcome_features(Y, prepared["kernels"]["y"], n_threads, seed)
     uses_stage1 = uses_first_stage(mode)
     approximate = False
@@ -622,7 +624,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         ard_started = time.perf_counter()
         nuisance = np.unique(np.concatenate([fold.nuisance for fold in folds]))
         problems = []
-        for arm in (1, 0):
+        for arm in arms:
             rows = nuisance[A[nuisance] == arm]
             pick = rows[_subsample(rows, rng, ARD_UNITS["X"])]
             problems.append(_ArdProblem(Z=Xo[pick], T=G[pick], weight=len(rows) / len(nuisance), lam=lam0[arm],
@@ -636,7 +638,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         x_kernel = prepared["kernels"]["x"] = tuned_x
         searched["X"] = (count, time.perf_counter() - ard_started)
     if uses_stage1 and ("lam0" in grids or ("x_bandwidth" in grids and not x_ard)):
-        lam_grid = np.asarray(grids.get("lam0", (lam0[1],)))
+        lam_grid = np.asarray(grids.get("lam0", (lam0[arms[0]],)))
         factors = (1.0,) if x_ard else grids.get("x_bandwidth", (1.0,))
         # The default grid is extended downwards (a decade, two points, at a time, at most
         # _EXTENSIONS times) while the optimum sits at its smallest value: large
@@ -667,7 +669,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 total += len(fold_rows[k]) * loo
             return total / sum(len(rows) for rows in fold_rows)
 
-        for arm in (1, 0):
+        for arm in arms:
             arm_grid = lam_grid
             for extension in range(_EXTENSIONS + 1):
                 per_factor = np.array([curve(arm, f, arm_grid) for f in factors])
@@ -682,7 +684,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         if "x_bandwidth" in grids and not x_ard:
             # One X kernel for both arms: the factor with the smaller summed criterion.
             f_best = min(best_overall.values(), key=lambda t: t[2])[0] if len(factors) > 1 else factors[0]
-            if best_overall[1][0] != best_overall[0][0]:
+            if len({best[0] for best in best_overall.values()}) > 1:
                 report.notes.append("the arms preferred different X bandwidth factors; the better one overall is used")
             x_kernel = Kernel(x_kernel.name, tuple(x_kernel.bandwidth_array * f_best),
                               f"{x_kernel.rule} x {f_best:g}, LOO")
@@ -699,12 +701,12 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     v_ard = False
     if "lam1" in grids or "v_bandwidth" in grids:
         lam1_now = prepared["lam1"]
-        lam_grid = np.asarray(grids.get("lam1", (lam1_now[1],)))
+        lam_grid = np.asarray(grids.get("lam1", (lam1_now[arms[0]],)))
         v_kernel = prepared["kernels"]["v"]
         v_ard = _is_ard(grids.get("v_bandwidth"))
         v_kernel = _with_groups(v_kernel) if v_ard else v_kernel
         factors = (1.0,) if v_ard else grids.get("v_bandwidth", (1.0,))
-        stage1 = {(k, arm): spectra.get((k, arm, x_factor)) for k in range(len(folds)) for arm in (1, 0)}
+        stage1 = {(k, arm): spectra.get((k, arm, x_factor)) for k in range(len(folds)) for arm in arms}
         with threadpool_limits(limits=1, user_api="blas"):  # the same bits for any BLAS thread count
             targets = _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1,
                                                replaced, seed, sw)
@@ -723,50 +725,50 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     if ("lam1" in grids or "v_bandwidth" in grids) and ("lam1" in grids or not v_ard):
         # One regression per fold (per fold and arm for one-step) on the subsample of its second-stage units that
         # carries the pseudo-outcomes, at the penalties λ·(n/s)^α of the grid's λ at its n units (_transfer).
-        per_fold = ((1,), (0,)) if mode == "onestep" else ((1, 0),)
-        regressions = [(k, arms) for k in range(len(folds)) for arms in per_fold]
+        per_fold = tuple((arm,) for arm in arms) if mode == "onestep" else (arms,)
+        regressions = [(k, group) for k in range(len(folds)) for group in per_fold]
 
         def one(task):
-            (k, arms), _, f = task
-            rows, _, size = targets[k][arms[0]]
+            (k, group), _, f = task
+            rows, _, size = targets[k][group[0]]
             shift = _transfer(len(rows), size, "V")
             spec = _spectrum(V[rows], v_kernel, f, lam_grid.min() * shift, 1, weights_of(rows))
-            return spec.approximate, [size * spec.loo(targets[k][arm][1], lam_grid * shift, 1) for arm in arms]
+            return spec.approximate, [size * spec.loo(targets[k][arm][1], lam_grid * shift, 1) for arm in group]
 
         # The default grid grows downwards as λ₀'s does (a decade at a time, at most _EXTENSIONS times) while an
         # arm's optimum sits at its smallest value: large second stages want smaller penalties.
         extend = grids.get("lam1") is LAMBDA_GRID
         for extension in range(_EXTENSIONS + 1):
-            per_factor = {arm: np.zeros((len(factors), len(lam_grid))) for arm in (1, 0)}
+            per_factor = {arm: np.zeros((len(factors), len(lam_grid))) for arm in arms}
             tasks = [(r, i_f, f) for i_f, f in enumerate(factors) for r in regressions]
             with threadpool_limits(limits=1, user_api="blas"):
                 results = _parallel(one, tasks, n_threads)
-            for ((_, arms), i_f, _), (approx, curves) in zip(tasks, results):
+            for ((_, group), i_f, _), (approx, curves) in zip(tasks, results):
                 approximate |= approx
-                for arm, values in zip(arms, curves):
+                for arm, values in zip(group, curves):
                     per_factor[arm][i_f] += values
-            sums = [per_factor[1] + per_factor[0]] if mode != "onestep" else [per_factor[1], per_factor[0]]
+            sums = [sum(per_factor[arm] for arm in arms)] if mode != "onestep" else [per_factor[arm] for arm in arms]
             lowest = any(np.unravel_index(_best(c.ravel()), c.shape)[1] == 0 for c in sums)
             if not (extend and lowest) or extension == _EXTENSIONS:
                 break
             lam_grid = np.concatenate([lam_grid[0] * 10.0 ** np.array([-1.0, -0.5]), lam_grid])
         if mode == "onestep":
             lam1 = {}
-            for arm in (1, 0):
+            for arm in arms:
                 crit = per_factor[arm]
                 i_f, i_l = np.unravel_index(_best(crit.ravel()), crit.shape)
                 lam1[arm] = float(lam_grid[i_l])
                 for f, curve in zip(factors, crit):
                     report.curves.append(TuningCurve("lam1", lam_grid, curve / len(design.A), "LOO (RKHS)",
                                                      lam_grid[i_l], arm, f))
-            f_best = factors[int(np.argmin([per_factor[1][i].min() + per_factor[0][i].min()
+            f_best = factors[int(np.argmin([sum(per_factor[arm][i].min() for arm in arms)
                                             for i in range(len(factors))]))]
         else:
-            crit = (per_factor[1] + per_factor[0]) / len(design.A)
+            crit = sum(per_factor[arm] for arm in arms) / len(design.A)
             i_f, i_l = np.unravel_index(_best(crit.ravel()), crit.shape)
-            lam1 = {1: float(lam_grid[i_l]), 0: float(lam_grid[i_l])}
+            lam1 = {arm: float(lam_grid[i_l]) for arm in arms}
             for f, curve in zip(factors, crit):
-                report.curves.append(TuningCurve("lam1", lam_grid, curve, "LOO (RKHS), both arms", lam_grid[i_l],
+                report.curves.append(TuningCurve("lam1", lam_grid, curve, "LOO (RKHS), all arms", lam_grid[i_l],
                                                  None, f))
             f_best = factors[i_f]
         prepared["lam1"] = lam1
@@ -794,7 +796,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     for role, (count, seconds) in searched.items():
         report.notes.append(f"{role} bandwidths: per-group coordinate search, {count} LOO evaluations on at most "
                             f"{ARD_UNITS[role]} units per regression, {seconds:.2f} s")
-    note_edges(report)
+    note_edges(report, design.treatment)
     report.seconds = time.perf_counter() - started
     return params.replace(**prepared), report
 
@@ -804,8 +806,8 @@ def _proxy_readout(mode: str, design, prepared: dict) -> bool:
     mode has a first stage, the kernel ridge in both arms (a forest's weights have no such proxy)."""
     if design.Y.shape[1] != 1:
         return False
-    first = prepared.get("first_stage") or {1: "kernel", 0: "kernel"}
-    return not uses_first_stage(mode) or all(first.get(arm, "kernel") == "kernel" for arm in (1, 0))
+    first = prepared.get("first_stage") or {}
+    return not uses_first_stage(mode) or all(first.get(arm, "kernel") == "kernel" for arm in design.arms)
 
 
 def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None):
@@ -849,19 +851,21 @@ def _stage2_problems(mode, targets, V, lam1, rng, sw=None) -> list:
     by side: its LOO error is the sum of the arms', as λ₁ is shared) on the
     second-stage units, or one per arm for the one-step mode.
     """
-    rows = {arm: np.concatenate([per_arm[arm][0] for per_arm in targets]) for arm in (1, 0)}
-    feats = {arm: np.vstack([per_arm[arm][1] for per_arm in targets]) for arm in (1, 0)}
+    arms = tuple(targets[0])
+    rows = {arm: np.concatenate([per_arm[arm][0] for per_arm in targets]) for arm in arms}
+    feats = {arm: np.vstack([per_arm[arm][1] for per_arm in targets]) for arm in arms}
     if mode == "onestep":
-        total = len(rows[1]) + len(rows[0])
+        total = sum(len(rows[arm]) for arm in arms)
         problems = []
-        for arm in (1, 0):
+        for arm in arms:
             pick = _subsample(rows[arm], rng, ARD_UNITS["V"])
             problems.append(_ArdProblem(Z=V[rows[arm][pick]], T=feats[arm][pick], weight=len(rows[arm]) / total,
                                         lam=lam1[arm], w=None if sw is None else sw[rows[arm][pick]]))
         return problems
-    pick = _subsample(rows[1], rng, ARD_UNITS["V"])
-    return [_ArdProblem(Z=V[rows[1][pick]], T=np.hstack([feats[1][pick], feats[0][pick]]), weight=1.0, lam=lam1[1],
-                        w=None if sw is None else sw[rows[1][pick]])]
+    first = arms[0]  # the arms share the second stage's rows (and λ₁)
+    pick = _subsample(rows[first], rng, ARD_UNITS["V"])
+    return [_ArdProblem(Z=V[rows[first][pick]], T=np.hstack([feats[arm][pick] for arm in arms]), weight=1.0,
+                        lam=lam1[first], w=None if sw is None else sw[rows[first][pick]])]
 
 
 def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1, replaced=None,
@@ -882,7 +886,7 @@ def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0,
         per_arm = {}
         target = fold.target
         shared = None
-        for arm in (1, 0):
+        for arm in design.arms:
             pseudo = pseudo_outcome(mode, arm, A=A, target=target, scores_target=scores[target])
             if mode == "onestep" or shared is None:
                 pick = _subsample(pseudo.rows, _units_rng(seed, 1, k, arm if mode == "onestep" else 2), LAMBDA_UNITS)
@@ -1347,6 +1351,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     ({arm: Kernel}, [TuningCurve per arm]) as :func:`tune_outcome_bandwidth`.
     """
     Y, A = design.Y, design.A
+    scores = arm_probabilities(scores)
     base = kernels["y"]
     factors = np.asarray(factors, dtype=np.float64)
     rng = _units_rng(seed, 5)
@@ -1354,7 +1359,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     grid = outcome_grid(Y, widest, size=_ISE_GRID)
     bins = _Bins(Y[:, 0], float(base.bandwidth_array[0] * factors.min()))
     held = {}
-    for arm in (1, 0):
+    for arm in design.arms:
         for k, fold in enumerate(folds):
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
             if rows0.size:
@@ -1363,7 +1368,8 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
 
     def masses(k):
         return _proxy_fold(mode=mode, design=design, Xo=Xo, fold=folds[k], k=k, scores=scores, kernels=kernels,
-                           lam0=lam0, lam1=lam1, held={arm: held[(k, arm)][1] for arm in (1, 0) if (k, arm) in held},
+                           lam0=lam0, lam1=lam1,
+                           held={arm: held[(k, arm)][1] for arm in design.arms if (k, arm) in held},
                            bins=bins, seed=seed)
 
     with threadpool_limits(limits=1, user_api="blas"):
@@ -1372,15 +1378,14 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
         on_grid_kernels = [_backend.gram(bins.centers, grid[:, None], base.name, base.bandwidth_array * f,
                                          normalized=True, n_threads=n_threads) for f in factors]
         out, curves = {}, []
-        for arm in (1, 0):
+        for arm in design.arms:
             total = np.zeros(len(factors))
             for k, fold in enumerate(folds):
                 if (k, arm) not in held:
                     continue
                 size, chosen = held[(k, arm)]
                 mass, own = fitted[(k, arm)]
-                p_arm = scores[chosen] if arm == 1 else 1.0 - scores[chosen]
-                omega = 1.0 / p_arm if weighted else np.ones(len(chosen))
+                omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
                 scale = size / chosen.size / len(fold.nuisance) / len(folds)
                 left, w = bins.locate(Y[chosen, 0])
                 cols = np.arange(len(chosen))
@@ -1424,20 +1429,20 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
     Returns ({arm: Kernel}, [TuningCurve per arm]).
     """
     Y = design.Y
+    scores = arm_probabilities(scores)
     factors = np.asarray(factors, dtype=np.float64)
     rng = np.random.default_rng(seed)
     widest = Kernel(base.name, tuple(base.bandwidth_array * factors.max()), base.rule)
     grid = outcome_grid(Y, widest, size=_ISE_GRID)[:, None]
     kernels, curves = {}, []
-    for arm in (1, 0):
+    for arm in design.arms:
         total = np.zeros(len(factors))
         for fold, part in zip(folds, embeddings[arm].parts):
             held = fold.nuisance[design.A[fold.nuisance] == arm]
             if held.size == 0:
                 continue
             chosen = np.sort(rng.choice(held, size=min(_ISE_UNITS, held.size), replace=False))
-            p_arm = scores[chosen] if arm == 1 else 1.0 - scores[chosen]
-            omega = 1.0 / p_arm if weighted else np.ones(len(chosen))
+            omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
             if sampling_weights is not None:
                 omega = sampling_weights[chosen] * omega
             # Each chosen unit stands for held.size / chosen.size arm units of the held-out part.
@@ -1476,26 +1481,31 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
         (chosen, curves), report.pending_readout = report.pending_readout, None
     else:
         chosen, curves = tune_outcome_bandwidth(
-            embeddings=embeddings, design=data.design, folds=folds, scores=data.scores, base=embeddings[1].y_kernel,
+            embeddings=embeddings, design=data.design, folds=folds, scores=data.scores,
+            base=embeddings[data.design.arms[0]].y_kernel,
             factors=grids["y_bandwidth"], seed=seed, n_threads=data.n_threads, weighted=data.mode != "onestep",
             sampling_weights=getattr(data, "sampling_weights", None),
         )
     report.curves.extend(curves)
     report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
-    note_edges(report)
+    note_edges(report, data.design.treatment)
     report.seconds += time.perf_counter() - started
     return {arm: embeddings[arm].with_readout(kernel) for arm, kernel in chosen.items()}
 
 
-def note_edges(report: TuningReport) -> None:
-    """Say when a choice sits at the edge of its grid (the optimum may lie beyond it)."""
+def note_edges(report: TuningReport, treatment=None) -> None:
+    """Say when a choice sits at the edge of its grid (the optimum may lie beyond it).
+
+    ``treatment`` (:class:`ccme.formula.Treatment`) names the arms; None: treated/control.
+    """
     for c in report.curves:
         values = np.asarray(c.values)
         if c.group is not None:  # a coordinate search's few points around its choice, no grid
             continue
         if len(values) > 2 and c.chosen in (values.min(), values.max()):
             side = "smallest" if c.chosen == values.min() else "largest"
-            arm = "" if c.arm is None else f" ({'treated' if c.arm == 1 else 'control'})"
+            named = ("treated" if c.arm == 1 else "control") if treatment is None else treatment.arm_name(c.arm)
+            arm = "" if c.arm is None else f" ({named})"
             note = f"{c.parameter}{arm} chose the {side} value of its grid ({c.chosen:.3g}); consider extending the grid"
             if note not in report.notes:
                 report.notes.append(note)

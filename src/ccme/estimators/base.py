@@ -171,6 +171,31 @@ def _hashable(key):
     return key
 
 
+#: The arms of a binary treatment, as the per-arm hyperparameter dicts are keyed when no design says otherwise.
+BINARY_ARM_CODES = (1, 0)
+
+
+def per_arm(value, name: str, check, treatment=None) -> dict:
+    """A hyperparameter given once or per arm, as {arm code: value} over every arm (each value through ``check``).
+
+    ``value`` is one setting for every arm, or a dict with one key per arm:
+    the codes 1/0 (binary) or the treatment's level labels.  ``treatment`` (a
+    :class:`ccme.formula.Treatment`) gives the arms; None: a binary treatment.
+    """
+    arms = BINARY_ARM_CODES if treatment is None else treatment.arms
+    if isinstance(value, dict):
+        try:
+            given = {arm if treatment is None else treatment.code(arm, name): v for arm, v in value.items()}
+        except ParameterError:
+            given = {}
+        if set(given) != set(arms) or len(given) != len(value):
+            wanted = "1 and 0" if treatment is None or treatment.binary else ", ".join(map(repr, treatment.levels))
+            raise ParameterError(f"`{name}` as a dict must have the keys {wanted} (one per arm); got {list(value)}")
+        return {arm: check(given[arm], name) for arm in arms}
+    one = check(value, name)
+    return {arm: one for arm in arms}
+
+
 @dataclass(frozen=True)
 class CrossFitData:
     """What every stage of the cross-fitting sees: the design, the outcome model's covariates and the scores.
@@ -181,12 +206,13 @@ class CrossFitData:
     design : ccme.formula.Design
     Xo : ndarray (n, d)
         The first-stage (outcome model) covariates, a subset of X's columns.
-    scores : ndarray (n,)
-        Clipped cross-fitted propensity scores π̂(X_i) (each from the fold
-        that left unit i out).  With ``fit(normalize_weights=True)``, the
-        Hájek-normalised scores of :func:`ccme.pseudo.hajek_scores`: read a
-        unit's weight in its own arm only (as :func:`ccme.pseudo.pseudo_outcome`
-        does).
+    scores : ndarray (n, k)
+        Each arm's clipped cross-fitted probability, column j for arm code j
+        (each row from the fold that left unit i out; a vector π̂ given here
+        becomes [1 − π̂, π̂], :func:`ccme.propensity.arm_probabilities`).  With
+        ``fit(normalize_weights=True)``, the Hájek-normalised probabilities of
+        :func:`ccme.pseudo.hajek_scores`: read a unit's weight in its own arm
+        only (as :func:`ccme.pseudo.pseudo_outcome` does).
     n_threads : int
     sampling_weights : ndarray (n,) or None
         The sampling weights w_i of ``fit(weights=)``, normalised to mean 1
@@ -202,9 +228,19 @@ class CrossFitData:
     n_threads: int = 0
     sampling_weights: np.ndarray | None = None
 
+    def __post_init__(self):
+        from ..propensity import arm_probabilities
+
+        object.__setattr__(self, "scores", arm_probabilities(self.scores))
+
     @property
     def A(self) -> np.ndarray:
         return self.design.A
+
+    @property
+    def arms(self) -> tuple:
+        """The arm codes in the design's order (:attr:`ccme.formula.Design.arms`)."""
+        return self.design.arms
 
 
 @dataclass(frozen=True)

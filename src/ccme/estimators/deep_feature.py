@@ -547,8 +547,8 @@ class DeepFeatureEstimator(NeuralEstimator):
             },
             "training": resolve_training(options),
             "M": _positive_int(options["M"], "M"),
-            "lam0": per_arm_positive(options["lam0"], "lam0"),
-            "lam1": per_arm_positive(options["lam1"], "lam1"),
+            "lam0": per_arm_positive(options["lam0"], "lam0", design.treatment),
+            "lam1": per_arm_positive(options["lam1"], "lam1", design.treatment),
             "lam_scaling": options["lam_scaling"],
         })
 
@@ -557,8 +557,8 @@ class DeepFeatureEstimator(NeuralEstimator):
         return [
             ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
             (f"Deep features (M = {prepared['M']}; {convention})", [
-                ("lambda0 (stage 1)", _per_arm_text(prepared["lam0"])),
-                ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"])),
+                ("lambda0 (stage 1)", _per_arm_text(prepared["lam0"], design.treatment)),
+                ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"], design.treatment)),
             ]),
             ("Training", describe_training(prepared["training"]) + training_rows(embeddings)),
         ]
@@ -567,7 +567,8 @@ class DeepFeatureEstimator(NeuralEstimator):
 def training_rows(embeddings) -> list:
     """Summary rows: epochs run and seconds per stage, over the fitted folds and arms ({arm: Embedding})."""
     rows = []
-    for arm in (1, 0):
+    binary = set(embeddings) == {0, 1}
+    for arm in embeddings:
         parts = embeddings[arm].parts
         for stage in (1, 2):
             runs = [p.history[stage] for p in parts if stage in p.history]
@@ -580,5 +581,6 @@ def training_rows(embeddings) -> list:
             text += f" over {len(runs)} fold(s), {seconds:.1f} s"
             if early:
                 text += f", {early} stopped early"
-            rows.append((f"{'Treated' if arm == 1 else 'Control'} stage {stage}", text))
+            name = ("Treated" if arm == 1 else "Control") if binary else f"Arm {arm}"
+            rows.append((f"{name} stage {stage}", text))
     return rows

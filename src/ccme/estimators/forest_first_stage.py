@@ -77,11 +77,11 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel
 from ..pseudo import PseudoOutcome, uses_first_stage
-from .base import FoldArm, LinearSecondStage, TwoStageAtoms
+from .base import FoldArm, LinearSecondStage, TwoStageAtoms, per_arm
 
 __all__ = ["FIRST_STAGES", "FOREST_DEFAULTS", "ForestFirstStage", "ForestRidgeFoldArm", "check_first_stage",
            "check_forest_settings", "forest_weights", "grow_forest_first_stage", "select_first_stage",
-           "forest_seed", "first_stage_section", "describe_forest"]
+           "forest_seed", "first_stage_section", "describe_forest", "first_stage_choices"]
 
 #: The values of the ridge estimator's ``first_stage`` hyperparameter.
 FIRST_STAGES = ("kernel", "forest", "auto")
@@ -102,17 +102,21 @@ _BLOCK_BYTES = 64 * 2**20
 # ---------------------------------------------------------------------------
 # hyperparameters
 # ---------------------------------------------------------------------------
-def check_first_stage(value) -> dict:
-    """``first_stage`` ("kernel", "forest", "auto", or a dict {1: .., 0: ..} of them) as a per-arm dict."""
-    if isinstance(value, dict):
-        if set(value) != {0, 1}:
-            raise ParameterError(f"`first_stage` as a dict must have the keys 1 and 0 (the arms); got {sorted(value)}")
-        return {arm: _one_first_stage(value[arm]) for arm in (1, 0)}
-    one = _one_first_stage(value)
-    return {1: one, 0: one}
+def check_first_stage(value, treatment=None) -> dict:
+    """``first_stage`` ("kernel", "forest", "auto", or a dict of them per arm) as a per-arm dict.
+
+    ``treatment`` (a :class:`ccme.formula.Treatment`) gives the arms (None: binary);
+    see :func:`ccme.estimators.base.per_arm`.
+    """
+    return per_arm(value, "first_stage", _one_first_stage, treatment)
 
 
-def _one_first_stage(value) -> str:
+def first_stage_choices(value) -> list:
+    """The first-stage choices ``first_stage=`` names (one, or one per arm), each checked; the arms not needed."""
+    return [_one_first_stage(v) for v in (value.values() if isinstance(value, dict) else [value])]
+
+
+def _one_first_stage(value, name: str = "first_stage") -> str:
     if not isinstance(value, str) or value not in FIRST_STAGES:
         raise ParameterError(f"`first_stage` must be one of {list(FIRST_STAGES)} (or a dict per arm); got {value!r}")
     return value
@@ -534,7 +538,7 @@ class FirstStageSelection:
 def needs_selection(params, mode: str) -> bool:
     """Whether the fit involves a forest first stage to grow or a choice to make."""
     choices = params["first_stage"]
-    return uses_first_stage(mode) and any(choices[arm] != "kernel" for arm in (1, 0))
+    return uses_first_stage(mode) and any(choice != "kernel" for choice in choices.values())
 
 
 def select_first_stage(*, data, folds, seeds, G, params, report, prebuilt) -> dict:
@@ -547,7 +551,7 @@ def select_first_stage(*, data, folds, seeds, G, params, report, prebuilt) -> di
     settings = params["forest"]
     x_kernel = params["kernels"]["x"]
     features, selection = {}, {}
-    for arm in (1, 0):
+    for arm in design.arms:
         if choices[arm] == "kernel":
             continue
         forests, oob_total, oob_units, loo_total, loo_units = {}, 0.0, 0, 0.0, 0
@@ -588,14 +592,14 @@ def select_first_stage(*, data, folds, seeds, G, params, report, prebuilt) -> di
     return features
 
 
-def first_stage_section(params, embeddings) -> list:
+def first_stage_section(params, embeddings, treatment=None) -> list:
     """The summary's "First stage" section: each arm's first stage and its criteria (none when all are kernel)."""
     choices = params.get("first_stage")
     selection = params.get("first_stage_selection") or {}
-    if choices is None or (all(choices[arm] == "kernel" for arm in (1, 0)) and not selection):
+    if choices is None or (all(choice == "kernel" for choice in choices.values()) and not selection):
         return []
     rows = []
-    for arm in (1, 0):
+    for arm in choices:
         parts = embeddings[arm].parts
         forests = [p for p in parts if isinstance(p, ForestRidgeFoldArm)]
         if not any(getattr(p, "pseudo", None) is not None and p.pseudo.has_first_stage for p in parts):
@@ -611,5 +615,5 @@ def first_stage_section(params, embeddings) -> list:
             text += "; validated error (RKHS): " + ", ".join(
                 f"{name} {crit[key]:.4g}" for key, name in (("kernel", "kernel LOO"), ("forest", "forest OOB"))
                 if np.isfinite(crit.get(key, np.nan)))
-        rows.append(("treated" if arm == 1 else "control", text))
+        rows.append((("treated" if arm == 1 else "control") if treatment is None else treatment.arm_name(arm), text))
     return [("First stage", rows)]

@@ -122,7 +122,7 @@ def resolve_approx(approx, n: int, first_stage: dict) -> str:
     """
     if approx not in ("auto", "exact", "lowrank"):
         raise ParameterError(f"`approx` must be 'auto', 'exact' or 'lowrank'; got {approx!r}")
-    kernel_first_stage = all(first_stage[arm] == "kernel" for arm in (1, 0))
+    kernel_first_stage = all(choice == "kernel" for choice in first_stage.values())
     if approx == "lowrank" and not kernel_first_stage:
         raise ParameterError("approx='lowrank' needs first_stage='kernel' (the forest first stage has no "
                              f"low-rank form); got first_stage={dict(first_stage)}")

@@ -128,13 +128,13 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         crit = np.zeros(len(values))
         trials = [_with_m(cand, int(m), deep, design.Y) for m in values]
         for i, trial in enumerate(trials):
-            for arm in (1, 0):
+            for arm in design.arms:
                 # One-step regresses within the arm: weight each arm's mean loss by its share of the units.
                 share = np.mean(in_target == arm) if mode == "onestep" else 1.0
                 crit[i] += share * final_loss(arm_fit(trial, arm))
         best = _argmin(crit)
         cand = trials[best]
-        report.curves.append(TuningCurve("M", values.astype(float), crit, "validation loss (final stage), both arms",
+        report.curves.append(TuningCurve("M", values.astype(float), crit, "validation loss (final stage), all arms",
                                          float(values[best])))
         report.chosen["M"] = int(values[best])
 
@@ -142,7 +142,7 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         from .deep_feature import first_stage_map
 
         values = np.asarray(grids["lam0"])
-        for arm in (1, 0):
+        for arm in design.arms:
             crit = np.array([
                 _best_loss(first_stage_map(arm=arm, Xo=Xo, Y=design.Y, A=design.A, nuisance=fold.nuisance,
                                            prepared={**cand, "lam0": {**cand["lam0"], arm: float(lam)}}, seed=seed,
@@ -157,7 +157,7 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
 
     if "lam1" in grids:
         values = np.asarray(grids["lam1"])
-        for arm in (1, 0):
+        for arm in design.arms:
             trials = [{**cand, "lam1": {**cand["lam1"], arm: float(lam)}} for lam in values]
             crit = np.array([final_loss(arm_fit(trial, arm)) for trial in trials])
             best = _argmin(crit)
@@ -171,8 +171,8 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         if curves and not all(np.any(np.isfinite(c.criterion)) for c in curves):
             report.notes.append(f"{name}: too few units for a validation loss; the first grid value was used")
 
-    note_edges(report)          # before the epoch curves: an early best epoch is no grid edge
-    arms = {arm: arm_fit(cand, arm) for arm in (1, 0)}
+    note_edges(report, design.treatment)  # before the epoch curves: an early best epoch is no grid edge
+    arms = {arm: arm_fit(cand, arm) for arm in design.arms}
     _record_epochs(report, arms)
     report.seconds = time.perf_counter() - started
     return cand, report, arms

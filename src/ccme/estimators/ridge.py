@@ -26,7 +26,8 @@ from ..errors import ParameterError
 from ..kernels import Kernel, design_groups, resolve_kernel
 from ..memory import check_allocation
 from ..pseudo import MODES, PseudoOutcome, pseudo_outcome, uses_first_stage
-from .base import CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned, TwoStageAtoms
+from .base import (CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned, TwoStageAtoms,
+                   per_arm)
 from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
 from .lowrank import LOWRANK_DEFAULTS, LowRankFold, check_lowrank_settings, resolve_approx
 
@@ -221,11 +222,11 @@ class RidgeFold(FoldFit):
         self.lam0, self.lam1 = params["lam0"], params["lam1"]
         # The first stage per arm ("auto" left unresolved, tune="none": the kernel ridge), the forest's
         # settings, the fold's seed (the forest's) and the forests the tuning grew ({arm: ForestFirstStage}).
-        self.first_stage = params.get("first_stage", {1: "kernel", 0: "kernel"})
+        self.first_stage = params.get("first_stage") or {arm: "kernel" for arm in data.design.arms}
         self.forest, self.seed, self.prebuilt = params.get("forest"), seed, dict(prebuilt or {})
         self._second_stage = {}  # λ₁ -> (L_V, jitter): one factor serves both arms when their λ₁ agree
         if data.mode != "onestep":
-            self._factor_second_stage(self.lam1[1])
+            self._factor_second_stage(self.lam1[data.design.arms[0]])
 
     def _factor_second_stage(self, lam):
         if lam not in self._second_stage:
@@ -285,18 +286,19 @@ def factor_bytes(mode: str, A: np.ndarray, folds, shared_second_stage: bool = Tr
     """Bytes of the Cholesky factors a ridge fit holds once both arms are built (8 bytes per entry).
 
     Per fold: the second-stage factor over D1 (shared by the arms when their
-    λ₁ agree, ``shared_second_stage``; for one-step one per arm over the arm's
+    λ₁ agree, ``shared_second_stage``, else one per arm; for one-step one per arm over the arm's
     D1 units) and, for the modes with a first stage (dr, pi), one factor per
     arm over the arm's D0 units.
     """
     total = 0.0
+    arms = np.unique(A)
     for fold in folds:
         if mode == "onestep":
-            total += sum(float(np.sum(A[fold.target] == arm)) ** 2 for arm in (1, 0))
+            total += sum(float(np.sum(A[fold.target] == arm)) ** 2 for arm in arms)
             continue
-        total += (1 if shared_second_stage else 2) * float(len(fold.target)) ** 2
+        total += (1 if shared_second_stage else len(arms)) * float(len(fold.target)) ** 2
         if uses_first_stage(mode):
-            total += sum(float(np.sum(A[fold.nuisance] == arm)) ** 2 for arm in (1, 0))
+            total += sum(float(np.sum(A[fold.nuisance] == arm)) ** 2 for arm in arms)
     return 8.0 * total
 
 
@@ -340,7 +342,7 @@ class RidgeEstimator(Estimator):
     def prepare(self, options: dict, *, design, Xo, seed: int) -> Parameters:
         # The covariate groups (raw variables; a categorical's indicators together) of X and V (ccme.kernels).
         x_groups, v_groups = design_groups(design, Xo)
-        first_stage = check_first_stage(options["first_stage"])
+        first_stage = check_first_stage(options["first_stage"], design.treatment)
         return Parameters({
             "kernels": {
                 "x": resolve_kernel(options["x_kernel"], options["x_bandwidth"], Xo, what="x_bandwidth", seed=seed,
@@ -350,8 +352,8 @@ class RidgeEstimator(Estimator):
                 "y": resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
                                     seed=seed, density=True),
             },
-            "lam0": per_arm_positive(options["lam0"], "lam0"),
-            "lam1": per_arm_positive(options["lam1"], "lam1"),
+            "lam0": per_arm_positive(options["lam0"], "lam0", design.treatment),
+            "lam1": per_arm_positive(options["lam1"], "lam1", design.treatment),
             "first_stage": first_stage,
             "forest": check_forest_settings(options["forest"]),
             "approx": resolve_approx(options["approx"], design.n, first_stage),
@@ -366,7 +368,7 @@ class RidgeEstimator(Estimator):
         # A forest first stage is grown (and "auto" resolved) between the stage-1 and stage-2 tuning.
         selection = FirstStageSelection(data=data, folds=folds, seeds=seeds) if needs_selection(params, data.mode) \
             else None
-        if selection is not None and all(params["first_stage"][arm] == "forest" for arm in (1, 0)):
+        if selection is not None and all(choice == "forest" for choice in params["first_stage"].values()):
             grids = {k: v for k, v in grids.items() if k not in ("lam0", "x_bandwidth")}  # no kernel first stage
         if selection is None and not any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
             return Tuned(params, TuningReport())
@@ -387,7 +389,7 @@ class RidgeEstimator(Estimator):
         """
         if params.get("approx") == "lowrank":
             return 0.0
-        return factor_bytes(mode, A, folds, shared_second_stage=params["lam1"][1] == params["lam1"][0])
+        return factor_bytes(mode, A, folds, shared_second_stage=len(set(params["lam1"].values())) == 1)
 
     def describe(self, params: Parameters, *, design, outcome_columns, embeddings) -> list:
         k = params.kernels
@@ -398,11 +400,11 @@ class RidgeEstimator(Estimator):
                 ("Y (outcome)", k["y"].describe(design.y_names)),
             ]),
             ("Penalties (K + n*lambda*I)", [
-                ("lambda0 (stage 1)", _per_arm_text(params["lam0"])),
-                ("lambda1 (stage 2)", _per_arm_text(params["lam1"])),
+                ("lambda0 (stage 1)", _per_arm_text(params["lam0"], design.treatment)),
+                ("lambda1 (stage 2)", _per_arm_text(params["lam1"], design.treatment)),
             ]),
             ("Algebra", [("path", _algebra_text(params))]),
-        ] + first_stage_section(params, embeddings)
+        ] + first_stage_section(params, embeddings, design.treatment)
 
     def diagnostics(self, embeddings) -> list:
         facts = [part.diagnostics() for emb in embeddings.values() for part in emb.parts]
@@ -419,14 +421,9 @@ class RidgeEstimator(Estimator):
         return [("Numerics", rows)] if rows else []
 
 
-def per_arm_positive(value, name: str) -> dict:
-    """A positive number, or a dict {1: .., 0: ..} of them, as a per-arm dict."""
-    if isinstance(value, dict):
-        if set(value) != {0, 1}:
-            raise ParameterError(f"`{name}` as a dict must have the keys 1 and 0 (the arms); got {sorted(value)}")
-        return {arm: _positive(value[arm], name) for arm in (1, 0)}
-    v = _positive(value, name)
-    return {1: v, 0: v}
+def per_arm_positive(value, name: str, treatment=None) -> dict:
+    """A positive number, or a dict of them per arm (:func:`ccme.estimators.base.per_arm`), as a per-arm dict."""
+    return per_arm(value, name, _positive, treatment)
 
 
 def _positive(value, name: str) -> float:
@@ -445,7 +442,10 @@ def _algebra_text(params) -> str:
     return f"low-rank (Nystrom features; rank_tol {s['rank_tol']:.2g}, max_rank {s['max_rank']})"
 
 
-def _per_arm_text(values: dict) -> str:
-    if values[1] == values[0]:
-        return f"{values[1]:.4g} (both arms)"
-    return f"{values[1]:.4g} (treated), {values[0]:.4g} (control)"
+def _per_arm_text(values: dict, treatment=None) -> str:
+    distinct = set(values.values())
+    if len(distinct) == 1:
+        return f"{distinct.pop():.4g} ({'both' if len(values) == 2 else 'all'} arms)"
+    if treatment is None or treatment.binary:
+        return f"{values[1]:.4g} (treated), {values[0]:.4g} (control)"
+    return ", ".join(f"{values[arm]:.4g} ({treatment.label(arm)!r})" for arm in treatment.arms)

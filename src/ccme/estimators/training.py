@@ -455,7 +455,7 @@ class NeuralEstimator(Estimator):
         import pandas as pd
 
         rows = []
-        for arm in (1, 0):
+        for arm in embeddings:
             for fold, part in enumerate(embeddings[arm].parts, start=1):
                 for stage, h in sorted(part.history.items()):
                     for epoch, loss in enumerate(h.train):
