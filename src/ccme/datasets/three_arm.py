@@ -317,10 +317,10 @@ def three_arm_ise(res, *, arm, n_test: int = 1000, grid=None, seed=0) -> float:
     >>> type(ise).__name__, ise > 0
     ('float', True)
 
-    The three-arm fit (skipped until fits take treatments with more than two levels):
+    The three-arm fit, whose arm "low" is scored:
 
-    >>> res = ccme.fit("y ~ a | x1 + x2 | .", data, tune="none", seed=1)  # doctest: +SKIP
-    >>> ccme.datasets.three_arm_ise(res, arm="low", n_test=50) > 0  # doctest: +SKIP
+    >>> res = ccme.fit("y ~ a | x1 + x2 | .", data, tune="none", seed=1)
+    >>> ccme.datasets.three_arm_ise(res, arm="low", n_test=50) > 0
     True
     """
     if tuple(res.design.v_variables) != ("x1", "x2"):
