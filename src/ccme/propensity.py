@@ -212,7 +212,10 @@ def clip_scores(scores: np.ndarray, clip: float) -> np.ndarray:
     """π̂ clipped to [clip, 1 − clip]; generalised propensities each raised to at least ``clip``.
 
     Only an arm's own probability enters its weights, so a matrix's rows need
-    not sum to one after clipping; for k = 2 both rules are the same.
+    not sum to one after clipping.  The binary rule also caps π̂ at 1 − clip,
+    which raises 1 − π̂ to clip as the matrix rule does, and besides lowers
+    the weight 1/π̂ of a treated unit with π̂ > 1 − clip to 1/(1 − clip): a
+    change below the factor 1/(1 − clip) that the matrix rule leaves out.
     """
     if np.ndim(scores) == 2:
         return np.maximum(scores, clip)
