@@ -59,7 +59,7 @@ def pair(client, data):
 
 def _check_equal(local, dist):
     grid = local.default_grid(100)
-    for arm in (1, 0):
+    for arm in (local.arms if local.design.treatment.binary else local.levels):
         for lp, dp in zip(local.embedding(arm).parts, dist.embedding(arm).parts):
             assert isinstance(dp, DistributedLowRankFoldArm) and isinstance(lp, LowRankFoldArm)
             # the same pool, pivots and extension rounds: the same landmarks, bit for bit
@@ -93,6 +93,14 @@ def test_extension_rounds_and_fit_equal_the_local_fit(pair):
 def test_modes_equal_the_local_fit(client, data, mode):
     # the default pool (all units): the landmarks of one pivoted Cholesky factorisation, Φ formed on the workers
     _check_equal(_fit(data, mode=mode, approx="lowrank"), _fit(data, mode=mode, client=client))
+
+
+def test_three_arms_equal_the_local_fit(client):
+    """A treatment with three levels: every arm's distributed fit equals the local low-rank one."""
+    three = ccme.datasets.three_arm_simulation(1500, seed=2)
+    fit = dict(seed=3, tune="none", **SMALL_POOL)
+    _check_equal(ccme.fit("y ~ a | x1 + x2 | .", three, approx="lowrank", **fit),
+                 ccme.fit("y ~ a | x1 + x2 | .", three, client=client, **fit))
 
 
 def test_bands_equal_the_local_bands(pair):
