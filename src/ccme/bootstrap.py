@@ -213,7 +213,8 @@ class Bands:
         Bootstrap standard error.
     level : float
     feature : {"density", "cdf"}
-    arm : int
+    arm : int or level
+        1 or 0 for a binary treatment; the level for a treatment with k ≥ 3 levels.
     n_boot : int
     index : list
         Labels of the V-points.
@@ -232,7 +233,7 @@ class Bands:
     se: np.ndarray
     level: float
     feature: str
-    arm: int
+    arm: object  # 1/0 for a binary treatment, else the level
     n_boot: int
     index: list
     target: str = "the ridge-regularised kernel-smoothed target (no bias correction)"
@@ -346,7 +347,8 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
         lo_s[e], up_s[e] = estimate[e] - c_sim * scale, estimate[e] + c_sim * scale
         se[e] = sd
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
-                 upper_simultaneous=up_s, se=se, level=float(level), feature=feature, arm=int(arm),
+                 upper_simultaneous=up_s, se=se, level=float(level), feature=feature,
+                 arm=int(arm) if res.design.treatment.binary else res.design.treatment.label(arm),
                  n_boot=int(n_boot), index=list(index), target=BAND_TARGETS[target], mass=mass,
                  order=how.get("order", 1))
 

@@ -284,7 +284,9 @@ def plot_tuning(res, *, ax=None, **kwargs):
             raise ParameterError(f"`ax` must hold {len(parameters)} Axes (one per tuned hyperparameter); got {len(axes)}")
     for a, parameter in zip(axes, parameters):
         for i, c in enumerate(c for c in report.curves if c.parameter == parameter):
-            label = {None: "both arms", 1: "treated", 0: "control"}[c.arm]
+            treatment = res.design.treatment
+            label = ("all arms" if c.arm is None else treatment.arm_name(c.arm)) if not treatment.binary else \
+                {None: "both arms", 1: "treated", 0: "control"}[c.arm]
             if c.factor is not None and c.factor != 1.0:
                 label += f", bandwidth × {c.factor:g}"
             line, = a.plot(c.values, c.criterion, "-o", ms=3, color=f"C{i % 10}", label=label, **kwargs)
