@@ -76,8 +76,8 @@ from .estimators.base import LinearSecondStage
 from .grids import outcome_grid
 from .kernels import Kernel
 
-__all__ = ["Bands", "EffectTest", "bands", "qte_bands", "test_effect", "iterated_tikhonov", "STATISTICS",
-           "BAND_ORDER", "BAND_TARGETS", "SD_FLOOR"]
+__all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_effect", "iterated_tikhonov",
+           "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "SD_FLOOR"]
 
 STATISTICS = ("mmd", "mean")
 #: Order m of the iterated Tikhonov regularisation of ``bands(target="smoothed")`` (:func:`iterated_tikhonov`).
@@ -174,10 +174,15 @@ def _mass_linear(res, arm, V, **how) -> list:
     return _linear(res, arm, V, np.zeros((0, d)), "moments", Kernel("gaussian", (1.0,) * d), **how)
 
 
-def _bias_reduction(target: str) -> dict:
-    """How :func:`_linear` builds the terms for a ``target``: bias-reduced ("smoothed") or plain ("regularised")."""
+def check_target(target: str) -> None:
+    """Raise a ParameterError unless ``target`` is one the bands and intervals know (:data:`BAND_TARGETS`)."""
     if target not in BAND_TARGETS:
         raise ParameterError(f"`target` must be one of {sorted(BAND_TARGETS)}; got {target!r}")
+
+
+def _bias_reduction(target: str) -> dict:
+    """How :func:`_linear` builds the terms for a ``target``: bias-reduced ("smoothed") or plain ("regularised")."""
+    check_target(target)
     return {"order": BAND_ORDER, "first_stage": True} if target == "smoothed" else {}
 
 

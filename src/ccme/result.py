@@ -1013,10 +1013,10 @@ class CCMEResult:
         >>> list(table.columns[-3:])
         ['std_error', 'conf_low', 'conf_high']
         """
-        from .bootstrap import BAND_ORDER, _bias_reduction, effect_intervals
+        from .bootstrap import BAND_ORDER, check_target, effect_intervals
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
-        _bias_reduction(target)  # checks `target` before any work
+        check_target(target)  # before any work
         treatment = self.design.treatment
         if arms is None and not treatment.binary:
             tables = [self.effect(newdata=newdata, arms=(treatment.label(arm), treatment.reference), q=q, y=y,
