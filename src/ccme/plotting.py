@@ -224,7 +224,8 @@ def plot_calibration(res, *, ax=None):
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("mean cross-fitted propensity score in the bin")
-    ax.set_ylabel("share treated in the bin")
+    ax.set_ylabel("share treated in the bin" if res.design.treatment.binary
+                  else "share in the arm (every arm but the reference, pooled)")
     learner = ", ".join(dict.fromkeys(report.chosen)) if report.selections else report.learner
     ax.set_title(f"propensity calibration ({learner}): Brier {report.brier:.3g} "
                  f"(constant {report.brier_constant:.3g})")
