@@ -71,3 +71,16 @@ def test_plot_overlap(res):
     assert sum(p.get_height() for p in ax.patches) == res.n
     bounds = sorted(line.get_xdata()[0] for line in ax.lines)
     assert bounds == [res.clip, 1 - res.clip]
+
+
+def test_line_keywords_override_the_defaults():
+    """``**kwargs`` reach Axes.plot and win over the per-profile colours (a user's color= is not a clash)."""
+    import ccme
+
+    res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+    for draw in (res.plot, res.plot_cdf):
+        ax = draw(newdata=ccme.datasets.PAPER_PROFILES, color="k", lw=3)
+        assert {line.get_color() for line in ax.lines} == {"k"}
+        assert {line.get_linewidth() for line in ax.lines} == {3.0}
+    ax = res.plot_effect(newdata=ccme.datasets.PAPER_PROFILES, bands=False, color="k")
+    assert ax.lines[0].get_color() == "k"

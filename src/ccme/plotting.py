@@ -46,7 +46,7 @@ def plot_densities(res, *, newdata="profiles", arm="both", y=None, ax=None, trut
         key, style, name = _arm_look(res, a)
         dens = res.density(grid, newdata=newdata, arm=key)
         for i, row in enumerate(dens):
-            ax.plot(grid, row, linestyle=style, color=colours[i], label=f"{name} | {labels[i]}", **kwargs)
+            ax.plot(grid, row, **{"linestyle": style, "color": colours[i], "label": f"{name} | {labels[i]}", **kwargs})
             if truth is not None:
                 ax.plot(grid, np.ravel(truth(grid, newdata.iloc[[i]], key)), ":", color=colours[i], lw=1.2)
         if bands:
@@ -120,7 +120,7 @@ def plot_cdfs(res, *, newdata="profiles", arm="both", y=None, bands=False, level
     for a in arms:
         key, style, name = _arm_look(res, a)
         for i, row in enumerate(res.cdf(grid, newdata=newdata, arm=key)):
-            ax.plot(grid, row, linestyle=style, color=colours[i], label=f"{name} | {labels[i]}", **kwargs)
+            ax.plot(grid, row, **{"linestyle": style, "color": colours[i], "label": f"{name} | {labels[i]}", **kwargs})
         if bands:
             _shade_bands(ax, res.bands(level, newdata=newdata, arm=key, y=grid, feature="cdf", n_boot=n_boot),
                          colours, a == arms[0])
@@ -156,7 +156,7 @@ def plot_effect(res, *, newdata="profiles", arms=None, q=None, bands=True, level
         qte = res.quantile(levels, newdata=newdata, arm=first) - res.quantile(levels, newdata=newdata, arm=second)
     diff = np.atleast_1d(res.mean(newdata=newdata, arm=first) - res.mean(newdata=newdata, arm=second))
     for i, label in enumerate(newdata.index):
-        ax.plot(levels, qte[i], color=colours[i], label=f"QTE | {label}", **kwargs)
+        ax.plot(levels, qte[i], **{"color": colours[i], "label": f"QTE | {label}", **kwargs})
         if bands:
             ax.fill_between(levels, lower[i], upper[i], color=colours[i], alpha=0.2, lw=0)
         ax.axhline(diff[i], color=colours[i], ls=":", lw=1.0)
