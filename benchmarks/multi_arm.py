@@ -5,7 +5,7 @@
 
 The case is the zoo's ``three_arm`` (``benchmarks/accuracy/multi_arm.py``,
 which wraps ``ccme.datasets.three_arm_simulation`` and its exact density).
-For each seed s = 1..--seeds it draws n units and fits, each with ``seed=s``
+For each seed s = --first-seed, ..., --first-seed + --seeds − 1 (default 1..5) it draws n units and fits, each with ``seed=s``
 and otherwise ``ccme.fit``'s defaults:
 
 - the three-arm DR fit, ``ccme.fit("y ~ a | x1 + x2 | .", data)``;
@@ -160,7 +160,8 @@ def table(case, per_seed, seeds) -> list[str]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=4000, help="units per draw (default 4000)")
-    p.add_argument("--seeds", type=int, default=5, help="number of seeds, 1..SEEDS (default 5)")
+    p.add_argument("--seeds", type=int, default=5, help="number of seeds, FIRST..FIRST+SEEDS-1 (default 5)")
+    p.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1; 11.. held out, see README)")
     p.add_argument("--n-test", type=int, default=500, help="V-points of the ISE (default 500)")
     p.add_argument("--diagnose", action="store_true",
                    help="also fit the three-arm DR with each arm's binary fit's V bandwidths (see above)")
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = "python benchmarks/multi_arm.py" + ("" if not argv else " " + shlex.join(argv))
     case = ThreeArm()
-    seeds = list(range(1, args.seeds + 1))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     head = [f"$ {command}",
             f"ccme {ccme.__version__}, commit {_commit()}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start",
