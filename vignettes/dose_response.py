@@ -72,28 +72,19 @@ pd.concat([arms.size().rename("n"),
 # exercise, activity and baseline weight) enter the nuisance models only.
 # The propensity model is the multinomial logistic regression (for three
 # levels, `propensity="logistic"` fits the generalised propensities
-# π_a(x) = P(A = a | X = x) of all three arms at once).  The tuning is the
-# default one except that the grid of the second-stage penalty λ₁ runs up to
-# 100 rather than 1: with V = age alone, the small survey samples further
-# down sometimes prefer the smoothest fit the default grid offers, and the
-# wider grid lets the optimum lie inside it.  (On the full data and the
-# full-size samples it changes none of the choices.)
+# π_a(x) = P(A = a | X = x) of all three arms at once).  The tuning is
+# fit's default (`tune="auto"`).
 
 # %%
 formula = ("wt82_71 ~ smoking | age | sex + race + C(education) + smokeintensity + smokeyrs"
            " + C(exercise) + C(active) + wt71")
-# The defaults of tune="auto", with λ₁'s grid extended from 1e-4..1 to 1e-4..100.  (It also sidesteps an
-# error of the core: a treatment with 3+ levels whose pooled λ₁ lands on a grid edge raises a TypeError
-# in ccme.tuning.note_edges.)
-TUNE = {"lam0": ccme.tuning.LAMBDA_GRID, "lam1": np.logspace(-4, 2, 13), "x_bandwidth": "ard",
-        "v_bandwidth": "ard", "y_bandwidth": ccme.tuning.Y_BANDWIDTH_FACTORS}
-res = ccme.fit(formula, nhefs, propensity="logistic", reference="continued", tune=TUNE, seed=1)
+res = ccme.fit(formula, nhefs, propensity="logistic", reference="continued", seed=1)
 print(res.summary())
 
 # %% [markdown]
 # The summary's effect block already hints at the answer: quitting shifts
-# weight change by about 3.5 kg at every age, reducing by nothing that the
-# MMD test can tell from zero.
+# weight change by 3.4 to 3.8 kg at each of its three ages, reducing by
+# nothing that the MMD test can tell from zero.
 #
 # ## Overlap
 #
@@ -150,10 +141,10 @@ per_arm(res).unstack("arm").round(2)
 
 # %% [markdown]
 # The mean weight change falls with age under each arm (older smokers gain
-# less: from 2.7 kg at 30 to 0.6 kg at 60 had they all continued) and the
+# less: from 2.9 kg at 30 to 0.4 kg at 60 had they all continued) and the
 # ordering of the arms is the same at every age: continued and reduced
-# within 0.2 kg of each other, quit 3.4 to 3.8 kg higher.  Quitting also
-# multiplies the chance of gaining more than 10 kg by 2.3 to 3.4 (0.24-0.28
+# within 0.2 kg of each other, quit 3.3 to 3.9 kg higher.  Quitting also
+# multiplies the chance of gaining more than 10 kg by 2.4 to 3.6 (0.24-0.29
 # against 0.07-0.12) and moves the mean of the top 10% of gains from 13-16 kg
 # to 22 kg.  The effect table, every level against the reference, with 95%
 # bootstrap intervals:
@@ -168,11 +159,12 @@ eff[keep].pivot(index=["contrast", "profile"], columns="term", values=["estimate
 # %% [markdown]
 # Quit against continued: every interval of the mean difference excludes
 # zero, and the quantile effects grow from under 2 kg at the 10th
-# percentile (intervals that include zero) through about 3 kg at the median
-# to 6.5-8.5 kg at the 90th — the same spreading of the distribution as in
+# percentile (intervals that include zero) through 2.6-2.9 kg at the median
+# to 6.4-8.7 kg at the 90th — the same spreading of the distribution as in
 # the two-arm analysis.  Reduced against continued: the mean and median
-# differences are within half a kilogram of zero, with intervals of one to
-# two kilograms either side.  The curves over all quantile levels:
+# differences are within half a kilogram of zero, with intervals reaching
+# 0.5 to 1.9 kg below zero and 1.1 to 2.4 kg above it.  The curves over all
+# quantile levels:
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
@@ -185,16 +177,19 @@ for ax, pair in zip(axes, [("quit", "continued"), ("reduced", "continued")]):
 
 # %% [markdown]
 # The only hint of a difference between reducing and continuing is in the
-# lower tail: the reducers' 10% quantile is about 1.5 kg lower (3 kg at the
-# 5% level), that is, more reducers *lost* weight, though the bands include
-# zero.  A test of the whole distribution at the three ages:
+# lower tail: the reducers' 10% quantile is about 1.5 kg lower (3 to 4 kg
+# at the 5% level), that is, more reducers *lost* weight.  The bands include
+# zero at the 10% level; at the 5% level, the plot's lowest, they just
+# exclude it at ages 45 and 60 (upper ends −0.8 and −0.4 kg), but these are
+# pointwise bands over 37 levels and three ages, and the lowest quantiles
+# are the least stable.  A test of the whole distribution at the three ages:
 
 # %%
 res.test_effect(newdata=ages, arms=("reduced", "continued"), n_boot=N_BOOT, seed=1)
 
 # %% [markdown]
 # No evidence against p(Y^reduced | age) = p(Y^continued | age) at the
-# three ages (p = 0.75).  So in these data the "dose" does not act
+# three ages (p = 0.76).  So in these data the "dose" does not act
 # gradually: cutting down by some 40% does not move weight change; stopping
 # does.
 #
@@ -234,8 +229,8 @@ sample = survey_sample(1)
 print(f"sample: {len(sample)} of {len(nhefs)} smokers; mean wt71 {sample['wt71'].mean():.1f} kg "
       f"(population {nhefs['wt71'].mean():.1f} kg, weighted sample "
       f"{np.average(sample['wt71'], weights=sample['w']):.1f} kg)")
-fit_w = ccme.fit(formula, sample, propensity="logistic", reference="continued", tune=TUNE, seed=1, weights="w")
-fit_u = ccme.fit(formula, sample, propensity="logistic", reference="continued", tune=TUNE, seed=1)
+fit_w = ccme.fit(formula, sample, propensity="logistic", reference="continued", seed=1, weights="w")
+fit_u = ccme.fit(formula, sample, propensity="logistic", reference="continued", seed=1)
 print("\n".join(line for line in str(fit_w.summary(n_boot=0)).splitlines()
                 if "Observations" in line or "Kish" in line))
 
@@ -257,12 +252,12 @@ compare[["mean", "P(> 10 kg)", "ES+ 10%"]].round(2)
 # %% [markdown]
 # One draw is one draw.  In this one the weighted means of "continued" and
 # "reduced" are closer to the population's than the unweighted ones at ages
-# 30 and 45 (the unweighted ones are 1 to 2 kg too low), but both fits put
-# the quitters' mean 1 to 2.5 kg too low and the mean of their top 10% 2 to
-# 4 kg too low: the quitters of this sample happen to have gained less, and
-# weighting cannot repair that.  The densities at age 45 (the weighted
-# "continued" curve is the wiggliest: cross-validation chose a narrower
-# outcome bandwidth for it):
+# 30 and 45 (the unweighted ones are 1.0 to 2.1 kg too low), but both fits
+# put the quitters' mean 1.1 to 2.7 kg too low and the mean of their top
+# 10% 2 to 4 kg too low: the quitters of this sample happen to have gained
+# less, and weighting cannot repair that.  The densities at age 45 (the
+# weighted "continued" curve is the wiggliest: cross-validation chose a
+# narrower outcome bandwidth for it):
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), sharey=True)
@@ -305,10 +300,9 @@ for seed in range(1, N_DRAWS + 1):
     draw = survey_sample(seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fits = {"weighted": ccme.fit(formula, draw, propensity="logistic", reference="continued",
-                                     tune=TUNE, seed=1, weights="w"),
-                "unweighted": ccme.fit(formula, draw, propensity="logistic", reference="continued",
-                                       tune=TUNE, seed=1)}
+        fits = {"weighted": ccme.fit(formula, draw, propensity="logistic", reference="continued", seed=1,
+                                     weights="w"),
+                "unweighted": ccme.fit(formula, draw, propensity="logistic", reference="continued", seed=1)}
     clipped += sum("clip" in str(w.message) for w in caught)
     for name, fit in fits.items():
         est = summaries(fit)
@@ -351,31 +345,31 @@ pd.concat([signed, effects])[["unweighted", "weighted"]].round(2)
 # What this shows, and what it does not:
 #
 # - **Ignoring the design biases the arms' distributions.**  The unweighted
-#   fit's means are too low in every arm, by 0.6 to 0.9 kg on average: the
+#   fit's means are too low in every arm, by 0.64 to 0.95 kg on average: the
 #   sample is heavier than the population, and heavier smokers gain less.
-#   The weighted fit's average signed errors are −0.35 to +0.17 kg, which ten
+#   The weighted fit's average signed errors are −0.41 to +0.16 kg, which ten
 #   draws cannot tell from zero.  Over the whole distribution (the
-#   Wasserstein distance: 0.98 against 1.23 kg) the weighted fit is about 20%
-#   closer to the population fit, and closer in 8 of the 10 draws.
+#   Wasserstein distance: 1.00 against 1.26 kg) the weighted fit is about 20%
+#   closer to the population fit, and closer in 9 of the 10 draws.
 # - **Weighting costs variance.**  The weights cut the effective sample size,
 #   so a single weighted fit can miss by as much as an unweighted one (the
 #   first draw above), and the weighted fit does not win every draw.  The
 #   probability of a gain above 10 kg is estimated equally well by both
-#   (0.025 off on average): in these data baseline weight moves the centre of
-#   the distribution more than its upper tail (heavier smokers gain less on
-#   average but vary more); the mean of the top 10% is a little better
-#   weighted (1.50 against 1.67 kg).
+#   (0.025 and 0.026 off on average): in these data baseline weight moves
+#   the centre of the distribution more than its upper tail (heavier smokers
+#   gain less on average but vary more); the mean of the top 10% is a little
+#   better weighted (1.51 against 1.72 kg).
 # - **The effects do not need the weights here.**  Selection on baseline
 #   weight lowers all three arms by similar amounts, so the bias mostly
 #   cancels in the differences between arms (the signed errors of the
-#   quit − continued mean effect average −0.25 kg unweighted and −0.27 kg
+#   quit − continued mean effect average −0.29 kg unweighted and −0.31 kg
 #   weighted), and what is left is variance, where the unweighted fit wins:
-#   its quit − continued effect is 0.56 kg off on average against 0.89 kg
-#   weighted, the quitters being the arm whose effective size the weights cut
-#   most.  For reduced − continued the two are about equally close (0.69
-#   and 0.63 kg).  That is a property of this design, not a rule: a sample
-#   selected on something that *modifies* the effect would bias the effects
-#   too.
+#   its quit − continued effect is 0.57 kg off on average against 0.90 kg
+#   weighted (the weighted fit closer in only 3 of the 10 draws), the
+#   quitters being the arm whose effective size the weights cut most.  For
+#   reduced − continued the two are about equally close (0.70 and 0.63 kg).
+#   That is a property of this design, not a rule: a sample selected on
+#   something that *modifies* the effect would bias the effects too.
 # - **Ten draws are a small Monte Carlo.**  Differences of a tenth of a
 #   kilogram in the table are within its noise, and the population fit is
 #   itself an estimate, not the truth; the comparison measures how far a
