@@ -719,10 +719,11 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                                    n_threads, start=_warm_start(v_kernel, x_kernel if x_ard else None),
                                    guard=ARD_STAGE2_GUARD)
 
-            if len(arms) > 2 and mode != "onestep":
-                # k ≥ 3 arms share one V kernel: each arm's own search, then per group the smallest bandwidth any
-                # arm asks for (the summed criterion let the smooth arms oversmooth the one whose law moves with
-                # a covariate: ISE 1.40 times its one-versus-rest fit's, benchmarks/multi_arm.py).
+            if len(arms) >= PER_ARM_V_SEARCH_ARMS and mode != "onestep":
+                # The arms share one V kernel: each arm's own search, then per group the smallest bandwidth any
+                # arm asks for.  The search on the arms' summed criterion let the arms whose laws vary smoothly
+                # oversmooth the one whose law moves with a covariate (three arms: ISE 1.40 times its
+                # one-versus-rest fit's, benchmarks/multi_arm.py; two arms: README, "Automatic tuning").
                 per_arm = {arm: search([problem]) for arm, problem in _split_by_arm(problems[0], arms).items()}
                 theta = np.min([found[0] for found in per_arm.values()], axis=0)
                 count = sum(found[2] for found in per_arm.values())
@@ -971,6 +972,10 @@ _ARD_IMPROVEMENT = 1e-6         # the relative decrease of the criterion a move 
 #: Stage 2 moves a bandwidth only for a decrease of its criterion beyond this many standard errors: the
 #: pseudo-outcomes' leave-one-out criterion is often flat within its noise (stage 1's is not guarded).
 ARD_STAGE2_GUARD = 1.0
+#: From this many arms on (every treatment, by default), the V kernel the arms share keeps, per covariate group,
+#: the smallest bandwidth of one search per arm (tune_ridge); with fewer arms, one search on the arms' summed
+#: criterion, the rule before it (3 restores it for binary treatments: benchmarks/v_bandwidth_rule.py compares).
+PER_ARM_V_SEARCH_ARMS = 2
 
 
 @dataclass
