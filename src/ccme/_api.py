@@ -289,10 +289,13 @@ def fit(
         A formula that cannot be parsed, or names columns the data lack.
     DataError
         Missing or non-finite values (with ``na_action="raise"``), a treatment
-        that is not binary, too few units in an arm or a fold; negative, NaN,
-        infinite or all-zero sampling weights.
+        with one level or more than 50 (a continuous dose: cut it into levels),
+        too few units in an arm or a fold; negative, NaN, infinite or all-zero
+        sampling weights.
     ParameterError
-        An unknown method, mode or hyperparameter, or a value out of range.
+        An unknown method, mode or hyperparameter, or a value out of range;
+        ``treated=`` for a treatment with three or more levels, a ``reference``
+        that is not a level.
     PositivityError
         Propensity scores that separate the arms (no overlap).
     MemoryBudgetError
