@@ -226,3 +226,16 @@ def test_kernel_and_report_states_read_version_1():
     old["curves"] = [{k: v for k, v in c.items() if k != "group"} | {"version": 1} for c in state["curves"]]
     back = tuning.TuningReport.from_state(old)
     assert back.relevance == [] and back.curves[0].group is None and back.chosen == report.chosen
+
+
+def test_summary_says_when_every_covariate_of_v_was_dropped():
+    """NSW (randomised, n = 445): the V search drops age and educ; the summary says the estimate ignores V."""
+    nsw = ccme.datasets.load_nsw().assign(earn=lambda d: d.re78 / 1000)
+    formula = "earn ~ treat | age + educ | black + hisp + marr + nodegree + re74 + re75"
+    known = np.full(len(nsw), nsw.treat.mean())
+    dropped = ccme.fit(formula, nsw, propensity=known, seed=1)
+    assert np.all(np.isinf(dropped.kernels["v"].bandwidth_array))
+    note = "every covariate of V was dropped"
+    assert note in str(dropped.summary(n_boot=0))
+    kept = ccme.fit(formula, nsw, propensity=known, seed=1, v_bandwidth="median")
+    assert note not in str(kept.summary(n_boot=0))

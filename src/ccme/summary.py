@@ -117,7 +117,14 @@ class Summary:
         if res.tuning is not None and res.tuning.chosen:
             sections.append(("Tuning", tuple(_tuning_rows(res.tuning))))
         if res.tuning is not None and getattr(res.tuning, "relevance", None):
-            sections.append(("Covariate relevance (learned bandwidths)", tuple(res.tuning.relevance_rows())))
+            relevance = list(res.tuning.relevance_rows())
+            v_kernel = res.kernels.get("v")
+            if v_kernel is not None and np.all(np.isinf(v_kernel.bandwidth_array)):
+                # The search dropped all of V: the second stage is then a constant and the estimate does not vary
+                # with V, which a reader of the profile table would otherwise take for a finding.
+                relevance.append(("Note", "every covariate of V was dropped (infinite bandwidths): the estimates do "
+                                          "not vary with V; v_bandwidth= (e.g. 'median') forces a local fit"))
+            sections.append(("Covariate relevance (learned bandwidths)", tuple(relevance)))
         sections.append(("Propensity", tuple(prop_rows)))
         compared = ("Y1 vs Y0" if treatment.binary
                     else f"each level vs the reference {treatment.reference!r}")
