@@ -342,15 +342,14 @@ def fit(
                           reference=reference, na_action=na_action,
                           exclude=(weights,) if isinstance(weights, str) else ())
     treatment = design.treatment
-    arm_names = {arm: treatment.arm_name(arm) for arm in treatment.arms}
     sampling = resolve_weights(weights, data, design.data_rows)
     sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
     if sw is not None:
         options = weighted_options(method, options, distributed=client is not None or partitions is not None)
     fold_list = make_folds(design.n, folds, rng)
-    _check_arm_sizes(design.A, arm_names)
-    check_fold_arms(design.A, fold_list, mode, arm_names)
-    check_arm_support(design.X, design.x_names, design.A, arm_names)
+    _check_arm_sizes(design.A, treatment.arm_names)
+    check_fold_arms(design.A, fold_list, mode, treatment.arm_names)
+    check_arm_support(design.X, design.x_names, design.A, treatment.arm_names)
     prop_cols = _covariate_columns(design, propensity_covariates)
     out_cols = _covariate_columns(design, outcome_covariates)
     Xo = np.ascontiguousarray(design.X[:, out_cols])
@@ -415,8 +414,7 @@ def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, nor
                        sampling_weights):
     """The folds without the trimmed units, and the CrossFitData of the clipped (Hájek-normalised) scores."""
     if kept is not None:
-        fold_list = trim_folds(fold_list, kept, design.A, mode, trim,
-                               {arm: design.treatment.arm_name(arm) for arm in design.arms})
+        fold_list = trim_folds(fold_list, kept, design.A, mode, trim, design.treatment.arm_names)
     weights_from = clip_scores(scores, clip)
     if normalize_weights:
         weights_from = hajek_scores(weights_from, design.A, fold_list, sampling_weights)

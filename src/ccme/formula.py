@@ -221,6 +221,11 @@ class Treatment:
             return "treated" if code == 1 else "control"
         return f"{self.column}={self.levels[int(code)]!r}"
 
+    @property
+    def arm_names(self) -> dict:
+        """Arm code → :meth:`arm_name`, in the order of :attr:`arms` (what the fit's checks name arms by)."""
+        return {arm: self.arm_name(arm) for arm in self.arms}
+
     def describe(self) -> str:
         if self.binary:
             return f"{self.column} ({self.level!r} = treated, {self.control_level!r} = control)"

@@ -309,10 +309,9 @@ def dominant_unit(scores: np.ndarray, A: np.ndarray, kept: np.ndarray) -> bool:
     (:func:`weight_share_clip` > 0): the sign of weak overlap that makes
     ``clip="auto"`` warn.
     """
-    if np.ndim(scores) == 1:
-        return (weight_share_clip(scores[kept & (A == 1)]) > 0
-                or weight_share_clip(1.0 - scores[kept & (A == 0)]) > 0)
-    return any(weight_share_clip(scores[kept & (A == arm), arm]) > 0 for arm in range(scores.shape[1]))
+    probabilities = arm_probabilities(scores)
+    return any(weight_share_clip(probabilities[kept & (A == arm), arm]) > 0
+               for arm in range(probabilities.shape[1]))
 
 
 def overlap_diagnostics(scores: np.ndarray, A: np.ndarray, clip: float, *, warn: bool = True,
