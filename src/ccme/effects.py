@@ -41,34 +41,26 @@ def fine_grid(res, size: int = 2001) -> np.ndarray:
 
 
 def effect_table(res, V: np.ndarray, index, q=DEFAULT_QUANTILES, arms=(1, 0)) -> pd.DataFrame:
-    """The effects as a wide table, one row per V-point (the summary's); ``arms`` (a, b): arm a against arm b."""
-    emb1, emb0 = res.embeddings[arms[0]], res.embeddings[arms[1]]
-    mean1 = emb1.mean(v=V)
-    mean0 = emb0.mean(v=V)
+    """The effects as a wide table, one row per V-point (the summary's); ``arms`` (a, b): arm a against arm b.
+
+    The columns of :func:`effect_estimates` (no CDF differences or shortfalls), and for d_y = 1 the two means.
+    """
+    q = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    estimates = effect_estimates(res, V, q, np.zeros(0), (), arms)
     table = pd.DataFrame(index=pd.Index(list(index), name="profile"))
     names = res.design.y_names
     if len(names) == 1:
-        table["mean Y1"] = mean1[:, 0]
-        table["mean Y0"] = mean0[:, 0]
-        table["mean diff"] = mean1[:, 0] - mean0[:, 0]
+        table["mean Y1"] = res.embeddings[arms[0]].mean(v=V)[:, 0]
+        table["mean Y0"] = res.embeddings[arms[1]].mean(v=V)[:, 0]
+        table["mean diff"] = estimates["mean_diff"][:, 0]
     else:
         for j, name in enumerate(names):
-            table[f"mean diff[{name}]"] = mean1[:, j] - mean0[:, j]
-    if len(names) == 1:
-        grid = res.fine_grid()
-        q = np.atleast_1d(np.asarray(q, dtype=np.float64))
-        if len(q):
-            qte = emb1.quantile(q, v=V, grid=grid) - emb0.quantile(q, v=V, grid=grid)
-            for j, level in enumerate(q):
-                table[f"qte {level:g}"] = qte[:, j]
-    table["mmd"] = emb1.mmd(emb0, v=V)
-    if len(names) == 1:
-        F1 = emb1.cdf(grid[:, None], v=V, normalize=True)
-        F0 = emb0.cdf(grid[:, None], v=V, normalize=True)
-        gap = np.abs(F1 - F0)
-        table["kolmogorov"] = gap.max(axis=1)
-        # The trapezoid rule on the fine grid; the CDFs are 0 and 1 beyond it.
-        table["wasserstein"] = np.sum(0.5 * (gap[:, 1:] + gap[:, :-1]) * np.diff(grid), axis=1)
+            table[f"mean diff[{name}]"] = estimates["mean_diff"][:, j]
+    for j, level in enumerate(q if "qte" in estimates else ()):
+        table[f"qte {level:g}"] = estimates["qte"][:, j]
+    for term in ("mmd", "kolmogorov", "wasserstein"):
+        if term in estimates:
+            table[term] = estimates[term][:, 0]
     return table
 
 
