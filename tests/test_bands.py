@@ -79,7 +79,9 @@ def _twin_parts(res, arm, V, y, feature, order):
         # the mass of ξ̂_i: a_i + b_i Σ_l S_il (μ̂₀'s weights need not sum to one)
         S1 = gram(part.X1, part.X0, xk.name, xk.bandwidth_array) @ np.linalg.solve(A0, np.ones(len(K0)))
         Pm = part.a + part.b * S1
-        out.append((part, total, P, Pm, W, s0 * np.linalg.solve(A0, F0)))
+        out.append((part, total, P, Pm, W, s0 * np.linalg.solve(A0, F0),
+                    # in-sample residuals of both stages, for the bootstrap's unit contributions
+                    part.shift * np.linalg.solve(A, np.column_stack([P, Pm])), s0 * np.linalg.solve(A0, np.ones(len(K0)))))
     return out
 
 
@@ -93,12 +95,12 @@ def test_bias_reduced_bands_match_a_numpy_twin(res, feature):
     assert b.order == BAND_ORDER > 1 and "bias-reduced" in b.target
     V = res._v(PAPER_PROFILES)
     twin = _twin_parts(res, 1, V, y[:, None], feature, BAND_ORDER)
-    raw = sum(beta.T @ P for _, beta, P, _, _, _ in twin)
-    mass = sum(beta.T @ Pm for _, beta, _, Pm, _, _ in twin)
+    raw = sum(beta.T @ P for _, beta, P, *_ in twin)
+    mass = sum(beta.T @ Pm for _, beta, _, Pm, *_ in twin)
     np.testing.assert_allclose(b.mass, mass, rtol=1e-8)
     np.testing.assert_allclose(b.estimate, raw / mass[:, None], rtol=1e-7, atol=1e-10)
     # the first stage's linearised influence, against the same twin
-    for part, beta, _, _, W, E0 in twin:
+    for part, beta, _, _, W, E0, *_ in twin:
         got = part.first_stage_influence(beta, y[:, None], feature, res.embedding(1).y_kernel)
         np.testing.assert_allclose(got.weights, W, rtol=1e-7, atol=1e-12)
         np.testing.assert_allclose(got.residuals, E0, rtol=1e-7, atol=1e-12)
@@ -107,6 +109,58 @@ def test_bias_reduced_bands_match_a_numpy_twin(res, feature):
     plain = res.bands(0.9, newdata=PAPER_PROFILES, arm=1, y=y, feature=feature, n_boot=99, seed=1,
                       target="regularised")
     assert np.mean(b.upper - b.lower) > np.mean(plain.upper - plain.lower)
+
+
+def test_small_sample_critical_values_match_a_numpy_twin(res):
+    """target="smoothed": half-width = sqrt(Σ u_i² + floor²) · t_ν, ν = (Σ u_i² + floor²)² / Σ u_i⁴ (Satterthwaite).
+
+    u_i(y) is unit i's whole share of the bootstrap draw (second stage of its
+    fold plus first stage of the other, one multiplier), delta-method
+    normalised by the mass; the twin builds it from dense algebra.
+    """
+    from scipy import stats
+
+    from ccme.bootstrap import BAND_ORDER, SD_FLOOR
+
+    y = np.linspace(-5, 45, 40)
+    level = 0.9
+    b = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=199, seed=3)
+    V = res._v(PAPER_PROFILES)
+    twin = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER)
+    mass = sum(beta.T @ Pm for _, beta, _, Pm, *_ in twin)
+    for e in range(len(V)):
+        U, Um = np.zeros((res.n, len(y))), np.zeros(res.n)
+        for part, beta, _, _, W, E0, R, R0m in twin:
+            first = part.atom_units[len(part.Y1):]
+            U[part.units] += beta[:, e : e + 1] * R[:, :-1]
+            Um[part.units] += beta[:, e] * R[:, -1]
+            U[first] += W[:, e : e + 1] * E0
+            Um[first] += W[:, e] * R0m
+        U = (U - b.estimate[e] * Um[:, None]) / mass[e]
+        variance = (U**2).sum(axis=0)
+        np.testing.assert_allclose(b.se[e], np.sqrt(variance), rtol=1e-6)
+        scale2 = variance + (SD_FLOOR * np.sqrt(variance.max())) ** 2
+        nu = scale2**2 / (U**4).sum(axis=0)
+        np.testing.assert_allclose(b.df[e], nu, rtol=1e-6)
+        np.testing.assert_allclose(b.upper[e] - b.estimate[e], np.sqrt(scale2) * stats.t.ppf(0.95, nu), rtol=1e-6)
+        # the simultaneous band: one joint critical value on the normal scale, mapped through each point's t
+        z = stats.norm.ppf(stats.t.cdf((b.upper_simultaneous[e] - b.estimate[e]) / np.sqrt(scale2), nu))
+        np.testing.assert_allclose(z, z[0], rtol=1e-6)
+        assert z[0] > stats.norm.ppf(0.95)  # a sup over the grid: wider than pointwise
+    assert np.all(b.df >= 1) and b.df.min() < 30 < b.df.max()  # the tails rest on few units, the body on many
+    plain = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=199, seed=3, target="regularised")
+    assert np.all(np.isinf(plain.df)) and list(plain.to_frame().columns)[4] == "df"
+
+
+def test_satterthwaite_df():
+    from ccme.bootstrap import satterthwaite_df
+
+    u = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 3.0], [1.0, 0.0]])  # 4 equal units; one unit alone
+    nu = satterthwaite_df((u**2).sum(axis=0), (u**4).sum(axis=0))
+    np.testing.assert_allclose(nu, [4.0, 1.0])
+    # a known part (a floor) raises ν; no contribution at all: ν = ∞ (normal quantiles)
+    assert satterthwaite_df(np.array([9.0 + 9.0]), np.array([81.0]))[0] == 4.0
+    assert np.isinf(satterthwaite_df(np.array([1.0]), np.array([0.0]))[0])
 
 
 def test_iterated_tikhonov_of_order_two_is_twicing(res):

@@ -68,6 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from .embedding import invert_cdf, normalized_cdf, tail_means
 from .errors import DataError, ParameterError
@@ -87,7 +88,7 @@ SD_FLOOR = 0.1
 #: What the bands of each ``target`` cover (``Bands.target``).
 BAND_TARGETS = {
     "smoothed": "the kernel-smoothed target E[k(Y^a, y) | V = v] (bias-reduced: iterated Tikhonov, first stage "
-                "included)",
+                "included, Student-t critical values with Satterthwaite df)",
     "regularised": "the ridge-regularised kernel-smoothed target (no bias correction, first stage fixed)",
 }
 _CHUNK_DOUBLES = 1 << 22
@@ -216,6 +217,10 @@ class Bands:
         Bands holding over the whole grid at once for each V-point (sup-t).
     se : ndarray (n_v, G)
         Bootstrap standard error.
+    df : ndarray (n_v, G)
+        Degrees of freedom of the Student-t critical values: the
+        Satterthwaite ν of the bootstrap variance (:func:`satterthwaite_df`)
+        for the bias-reduced bands, ``inf`` (normal) for the plain ones.
     level : float
     feature : {"density", "cdf"}
     arm : int or level
@@ -244,6 +249,7 @@ class Bands:
     target: str = "the ridge-regularised kernel-smoothed target (no bias correction)"
     mass: np.ndarray | None = None
     order: int = 1
+    df: np.ndarray | None = None
 
     def on_the_curve(self) -> dict:
         """The estimate and the bands mapped the way the reported curve is made from the raw estimate.
@@ -296,7 +302,7 @@ class Bands:
         Returns
         -------
         DataFrame
-            Columns ``profile``, ``y``, ``estimate``, ``std_error``,
+            Columns ``profile``, ``y``, ``estimate``, ``std_error``, ``df``,
             ``conf_low``/``conf_high`` (pointwise) and
             ``conf_low_simultaneous``/``conf_high_simultaneous``; n_v × G rows.
 
@@ -306,25 +312,67 @@ class Bands:
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> b = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, arm=1, y=[0.0, 5.0, 10.0], n_boot=99)
         >>> b.to_frame().shape
-        (6, 8)
+        (6, 9)
         """
         n, G = self.estimate.shape
+        df = np.full(self.estimate.shape, np.inf) if self.df is None else self.df
         return pd.DataFrame({
             "profile": np.repeat(self.index, G), "y": np.tile(self.y, n), "estimate": self.estimate.ravel(),
-            "std_error": self.se.ravel(), "conf_low": self.lower.ravel(), "conf_high": self.upper.ravel(),
+            "std_error": self.se.ravel(), "df": df.ravel(), "conf_low": self.lower.ravel(), "conf_high": self.upper.ravel(),
             "conf_low_simultaneous": self.lower_simultaneous.ravel(),
             "conf_high_simultaneous": self.upper_simultaneous.ravel(),
         })
 
 
+def unit_contributions(terms: list, e: int, n: int) -> np.ndarray:
+    """u_i(y) = Σ_terms β_i(v_e) R_i(y): each unit's whole share of the bootstrap's Δ*(v_e, y) = Σ_i g_i u_i(y).
+
+    A unit can enter several terms (the second stage of its fold, the first
+    stage of another) with one multiplier, so its contributions add before
+    they are squared.  Returns (n, n_features); units in no term have zeros.
+    """
+    U = np.zeros((n, terms[0].R.shape[1]))
+    for term in terms:
+        U[term.units] += term.beta[:, e : e + 1] * term.R  # units are distinct within a term
+    return U
+
+
+def satterthwaite_df(variance: np.ndarray, fourth: np.ndarray) -> np.ndarray:
+    """ν = variance² / Σ_i u_i⁴: the Welch–Satterthwaite degrees of freedom of V̂ = Σ_i u_i² (+ a fixed part).
+
+    Each unit's squared contribution is taken as one degree of freedom, so ν
+    is the effective number of units behind the variance estimate (Kish's
+    effective n of the weights u_i²); a fixed, exactly known part of
+    ``variance`` (the floor of the bands) raises ν.  ``fourth`` = Σ_i u_i⁴;
+    where it is 0 (no unit contributes) ν is infinite.  Satterthwaite (1946);
+    for robust standard errors, Bell & McCaffrey (2002) and Imbens & Kolesár
+    (2016, REStat), who also use t quantiles with such ν.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(fourth > 0, variance**2 / np.where(fourth > 0, fourth, 1.0), np.inf)
+
+
 def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, level: float, n_boot: int,
           seed, target: str = "smoothed") -> Bands:
-    """Pointwise and simultaneous bands (see :meth:`ccme.CCMEResult.bands`)."""
+    """Pointwise and simultaneous bands (see :meth:`ccme.CCMEResult.bands`).
+
+    The bias-reduced bands (``target="smoothed"``) also correct the
+    studentisation for the few units a V-point's estimate rests on: the
+    multiplier bootstrap's variance at (v, y) is exactly Σ_i u_i(y)²
+    (:func:`unit_contributions`), a sum dominated by a handful of units where
+    the data thin out (the outcome's tails, a sparse region of V, large
+    inverse-propensity weights), and so itself noisy.  Its scale is floored
+    (in quadrature) at :data:`SD_FLOOR` × the V-point's largest standard
+    error, and the critical values are Student-t quantiles with the
+    Satterthwaite degrees of freedom of that variance
+    (:func:`satterthwaite_df`) instead of normal ones; the simultaneous band
+    keeps the sup-t bootstrap's joint level and maps it to each point's t.
+    """
     _check_boot(n_boot, level)
     if feature not in ("density", "cdf"):
         raise ParameterError(f"`feature` must be 'density' or 'cdf'; got {feature!r}")
     how = _bias_reduction(target)
-    floor = SD_FLOOR if how else 0.0
+    small_sample = bool(how)
     kernel = res.embeddings[arm].y_kernel  # the kernel the arm's density and CDF are read out with
     lin = _linear(res, arm, V, y, feature, kernel, **how)
     lin_mass = _mass_linear(res, arm, V, **how)
@@ -332,30 +380,39 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     mass = sum(part.estimate() for part in lin_mass)[:, 0]
     estimate = sum(part.estimate() for part in lin) / mass[:, None]
     shape = estimate.shape
-    lower, upper, lo_s, up_s, se = (np.empty(shape) for _ in range(5))
+    lower, upper, lo_s, up_s, se, df = (np.empty(shape) for _ in range(6))
     for e in range(shape[0]):
         # Delta method for the unit-mass estimate raw / mass: (δraw − estimate δmass) / mass.
-        Z_mass = sum(part.perturb(g, e) for part in lin_mass)[:, :1]
-        Z = (sum(part.perturb(g, e) for part in lin) - estimate[e] * Z_mass) / mass[e]  # (n_boot, G)
-        sd = Z.std(axis=0)
-        # Pointwise: the level-quantile of |Δ*(y)| at each y (symmetric percentile band).
-        c_point = np.quantile(np.abs(Z), level, axis=0)
-        # Simultaneous over the grid: the level-quantile of sup_y |Δ*(y)| / max(sd(y), floor) (sup-t).  The
-        # floor keeps the far tails, where sd → 0 and a bias of negligible size would dominate the
-        # studentised statistic, from deciding the band; without it only the points where the estimate
-        # varies at all count.
-        scale = np.maximum(sd, floor * float(sd.max()))
-        live = scale > 1e-12 * max(float(sd.max()), 1e-300)
+        U = (unit_contributions(lin, e, res.n) - estimate[e] * unit_contributions(lin_mass, e, res.n)[:, :1]) / mass[e]
+        Z = g.T @ U  # (n_boot, G): the draws Δ*(v_e, y)
+        if small_sample:
+            variance = np.einsum("ij,ij->j", U, U)
+            sd = np.sqrt(variance)
+            scale2 = variance + (SD_FLOOR * float(sd.max())) ** 2
+            scale = np.sqrt(scale2)
+            nu = satterthwaite_df(scale2, np.einsum("ij,ij->j", U**2, U**2))
+            c_point = scale * stats.t.ppf(0.5 + level / 2, nu)
+        else:
+            # The plain bands: the level-quantile of |Δ*(y)| at each y (symmetric percentile band).
+            sd = Z.std(axis=0)
+            scale, nu = sd, np.full(sd.shape, np.inf)
+            c_point = np.quantile(np.abs(Z), level, axis=0)
+        # Simultaneous over the grid: the level-quantile of sup_y |Δ*(y)| / scale(y) (sup-t).  The floor
+        # keeps the far tails, where sd → 0 and a bias of negligible size would dominate the studentised
+        # statistic, from deciding the band; without it only the points where the estimate varies count.
+        live = scale > 1e-12 * max(float(scale.max()), 1e-300)
         t_max = np.max(np.abs(Z[:, live]) / scale[live], axis=1) if live.any() else np.zeros(n_boot)
         c_sim = np.quantile(t_max, level)
+        if small_sample:  # the same joint level, each point's t quantile: P(|t_ν| ≤ c') = P(|N| ≤ c_sim)
+            c_sim = stats.t.ppf(stats.norm.cdf(c_sim), nu)
         lower[e], upper[e] = estimate[e] - c_point, estimate[e] + c_point
         lo_s[e], up_s[e] = estimate[e] - c_sim * scale, estimate[e] + c_sim * scale
-        se[e] = sd
+        se[e], df[e] = sd, nu
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
                  upper_simultaneous=up_s, se=se, level=float(level), feature=feature,
                  arm=int(arm) if res.design.treatment.binary else res.design.treatment.label(arm),
                  n_boot=int(n_boot), index=list(index), target=BAND_TARGETS[target], mass=mass,
-                 order=how.get("order", 1))
+                 order=how.get("order", 1), df=df)
 
 
 # ---------------------------------------------------------------------------
