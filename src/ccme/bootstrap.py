@@ -48,7 +48,14 @@ estimator's, so the price of the bias reduction is paid in width.  They also
 include the first stage's noise, linearised
 (:meth:`ccme.estimators.base.LinearSecondStage.first_stage_influence`: a
 unit's multiplier perturbs its first-stage residual with the same draw that
-perturbs its second-stage residual in the other fold).  What they still leave
+perturbs its second-stage residual in the other fold).  Their critical values
+are small-sample ones: the bootstrap variance at (v, y) is Σ_i u_i(y)² over
+the units' whole contributions, which in the outcome's tails and where the
+inverse-propensity weights are large rests on a handful of units and is
+itself noisy; the bands use Student-t quantiles with its Satterthwaite
+degrees of freedom ν = (Σ u²)² / Σ u⁴ (:func:`satterthwaite_df`), after a
+floor of :data:`SD_FLOOR` × the V-point's largest standard error added in
+quadrature (far from the data no unit carries the variance).  What they still leave
 out, measured (``benchmarks/inference/coverage.py``, README): the propensity
 model's and the fold split's variability (a refit with another split moves the
 estimate by about 0.46 bootstrap standard errors on the paper's simulation at
@@ -348,7 +355,7 @@ def satterthwaite_df(variance: np.ndarray, fourth: np.ndarray) -> np.ndarray:
     for robust standard errors, Bell & McCaffrey (2002) and Imbens & Kolesár
     (2016, REStat), who also use t quantiles with such ν.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # ν = ∞ is meant: normal quantiles
         return np.where(fourth > 0, variance**2 / np.where(fourth > 0, fourth, 1.0), np.inf)
 
 
