@@ -384,6 +384,11 @@ LAMBDA_UNITS = 1500
 #: simulation and three cases of the accuracy zoo at n = 20000 (``benchmarks/tuning_speed.py --rates``: stage 1
 #: 1.31–1.62, stage 2 0.98–1.34; the module docstring).
 LAMBDA_RATE = {"X": 1.5, "V": 1.2}
+#: Factor on the first stage's leave-one-out penalty λ₀ in the doubly robust mode.  The LOO choice is the best
+#: predictor of φ(Y) given X; in the doubly robust pseudo-outcome the first stage's bias enters the error only
+#: through its product with the propensity's error while its residual sets the variance, so a less regularised
+#: first stage than the prediction-optimal one can be better (``benchmarks/tuning_rule.py``).
+DR_FIRST_STAGE_PENALTY = 1.0
 #: Rank (number of Nyström centres) at most of the kernel approximations beyond the penalty subsamples: the first
 #: stage μ̂₀ of the stage-2 pseudo-outcomes when its regression is larger than LAMBDA_UNITS, and the read-out proxy.
 NYSTROM_RANK = 300
@@ -691,6 +696,10 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             prepared["kernels"]["x"] = x_kernel
             report.chosen["x_bandwidth_factor"] = float(f_best)
             x_factor = f_best
+        if mode == "dr" and DR_FIRST_STAGE_PENALTY != 1.0:
+            lam0 = {arm: value * DR_FIRST_STAGE_PENALTY for arm, value in lam0.items()}
+            report.notes.append(f"the first stage's penalty is {DR_FIRST_STAGE_PENALTY:g} x its leave-one-out choice "
+                                "(undersmoothed for the doubly robust pseudo-outcome)")
         prepared["lam0"] = lam0
         report.chosen["lam0"] = dict(lam0)
 

@@ -1,0 +1,100 @@
+"""A tuning rule's constant on the accuracy zoo: ridge DR with fit's defaults, one run of the zoo per value.
+
+Sets a module constant of ccme (``--setting module.NAME=v1,v2,...``; the first
+value is the baseline) in a fresh process per value, runs the zoo's runner
+(``benchmarks/accuracy/run.py``; its other options pass through) and prints,
+per case and arm, the mean ISE under each value and its ratio to the
+baseline, with the geometric mean over case-arms::
+
+    python benchmarks/tuning_rule.py --setting ccme.tuning.DR_FIRST_STAGE_PENALTY=1,0.3,0.1 \\
+        --split choose --seeds 1,2,3 --eval-points 150
+
+Output: ``benchmarks/results/<NAME>_<tag>.txt`` and one resumable CSV per
+value beside it (``<NAME>_<tag>_<value>.csv``); the tag is ``--tag``, else
+the split.  Choose a value on the "choose" split, report it on "report".
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+_RUN = ("import sys, importlib; sys.path.insert(0, {root!r}); setattr(importlib.import_module({module!r}), "
+        "{name!r}, {value!r}); from benchmarks.accuracy import run; sys.exit(run.main(sys.argv[1:]))")
+
+
+def parse_setting(text: str) -> tuple[str, str, list]:
+    """"pkg.module.NAME=1,0.3" -> ("pkg.module", "NAME", [1, 0.3]), the values typed like the current one."""
+    target, _, values = text.partition("=")
+    module, _, name = target.rpartition(".")
+    if not module or not values:
+        raise SystemExit(f"--setting must look like ccme.tuning.NAME=v1,v2; got {text!r}")
+    current = getattr(importlib.import_module(module), name)
+    kind = type(current) if isinstance(current, (int, float)) and not isinstance(current, bool) else float
+    return module, name, [kind(v) for v in values.split(",")]
+
+
+def compare(frames: dict, config: str = "ridge_dr") -> list[str]:
+    """Per case and arm: the mean ISE under each value and its ratio to the first (the baseline)."""
+    values = list(frames)
+    base = frames[values[0]]
+    base = base[base.config == config]
+    lines = []
+    for value in values[1:]:
+        new = frames[value][frames[value].config == config]
+        m = base.merge(new, on=["case", "seed"], suffixes=("_old", "_new"))
+        lines.append(f"{values[0]} -> {value}")
+        lines.append(f"  {'case':16s} {'arm 1: base':>12s} {'new':>9s} {'ratio':>6s}   {'arm 0: base':>12s} "
+                     f"{'new':>9s} {'ratio':>6s}")
+        ratios = []
+        for case, g in m.groupby("case", sort=False):
+            r1, r0 = g.ise1_new.mean() / g.ise1_old.mean(), g.ise0_new.mean() / g.ise0_old.mean()
+            ratios += [r for r in (r1, r0) if np.isfinite(r)]
+            lines.append(f"  {case:16s} {g.ise1_old.mean():12.5f} {g.ise1_new.mean():9.5f} {r1:6.3f}   "
+                         f"{g.ise0_old.mean():12.5f} {g.ise0_new.mean():9.5f} {r0:6.3f}")
+        r = np.array(ratios)
+        lines.append(f"  geometric mean ratio {np.exp(np.mean(np.log(r))):.3f} over {len(r)} case-arms; "
+                     f"better by > 1%: {int(np.sum(r < 0.99))}, worse by > 1%: {int(np.sum(r > 1.01))}; "
+                     f"fit seconds {base.seconds.sum():.0f} -> {new.seconds.sum():.0f}")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--setting", required=True, help="module.NAME=v1,v2,... (the first value is the baseline)")
+    p.add_argument("--tag", default=None, help="name of the output files (default: the split, or 'cases')")
+    p.add_argument("--parallel", action="store_true", help="run the values' processes at the same time")
+    args, rest = p.parse_known_args(argv)
+    module, name, values = parse_setting(args.setting)
+    tag = args.tag or next((rest[i + 1] for i, a in enumerate(rest) if a == "--split"), "cases")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    outs = {v: RESULTS / f"{name.lower()}_{tag}_{v}.csv" for v in values}
+    procs = []
+    for v in values:
+        command = [sys.executable, "-c", _RUN.format(root=str(ROOT), module=module, name=name, value=v),
+                   "--methods", "ridge_dr", *rest, "--out", str(outs[v])]
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
+        if args.parallel:
+            procs.append(proc)
+        elif proc.wait():
+            raise SystemExit(f"the run with {name}={v} failed")
+    if any(proc.wait() for proc in procs):
+        raise SystemExit("a run failed")
+    frames = {v: pd.read_csv(outs[v]) for v in values}
+    text = "\n".join([f"$ python benchmarks/tuning_rule.py {' '.join(argv or sys.argv[1:])}", *compare(frames)])
+    (RESULTS / f"{name.lower()}_{tag}.txt").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
