@@ -120,9 +120,11 @@ risk.round(2)
 
 # %% [markdown]
 # Bootstrap bands show how precisely the quitters' distribution is estimated
-# at one profile (the simultaneous 90% band of the smoothed density, around
-# the ridge estimate; see the README's note that the bands do not include the
-# smoothing bias):
+# at one profile: the simultaneous 90% band of the kernel-smoothed density.
+# By default the bands are bias-aware (centred on a bias-reduced estimate,
+# with Student-t critical values where few units carry the variance), so
+# the band need not be centred on the drawn curve; the README's "Effects and
+# uncertainty" shows how often they cover:
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3.4))
