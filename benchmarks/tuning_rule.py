@@ -9,9 +9,9 @@ baseline, with the geometric mean over case-arms::
     python benchmarks/tuning_rule.py --setting ccme.tuning.DR_FIRST_STAGE_PENALTY=1,0.3,0.1 \\
         --split choose --seeds 1,2,3 --eval-points 150
 
-Output: ``benchmarks/results/<NAME>_<tag>.txt`` and one resumable CSV per
-value beside it (``<NAME>_<tag>_<value>.csv``); the tag is ``--tag``, else
-the split.  Choose a value on the "choose" split, report it on "report".
+Output: ``benchmarks/results/<stem>_<tag>.txt`` and one resumable CSV per
+value beside it (``<stem>_<tag>_<value>.csv``); the stem is ``--stem``, else
+NAME in lower case, the tag ``--tag``, else the split.  Choose a value on the "choose" split, report it on "report".
 """
 
 from __future__ import annotations
@@ -72,12 +72,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--setting", required=True, help="module.NAME=v1,v2,... (the first value is the baseline)")
     p.add_argument("--tag", default=None, help="name of the output files (default: the split, or 'cases')")
+    p.add_argument("--stem", default=None, help="first part of the output files' names (default: NAME in lower case)")
     p.add_argument("--parallel", action="store_true", help="run the values' processes at the same time")
     args, rest = p.parse_known_args(argv)
     module, name, values = parse_setting(args.setting)
     tag = args.tag or next((rest[i + 1] for i, a in enumerate(rest) if a == "--split"), "cases")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    outs = {v: RESULTS / f"{name.lower()}_{tag}_{v}.csv" for v in values}
+    stem = args.stem or name.lower()
+    outs = {v: RESULTS / f"{stem}_{tag}_{v}.csv" for v in values}
     procs = []
     for v in values:
         command = [sys.executable, "-c", _RUN.format(root=str(ROOT), module=module, name=name, value=v),
@@ -91,7 +93,7 @@ def main(argv=None) -> int:
         raise SystemExit("a run failed")
     frames = {v: pd.read_csv(outs[v]) for v in values}
     text = "\n".join([f"$ python benchmarks/tuning_rule.py {' '.join(argv or sys.argv[1:])}", *compare(frames)])
-    (RESULTS / f"{name.lower()}_{tag}.txt").write_text(text + "\n")
+    (RESULTS / f"{stem}_{tag}.txt").write_text(text + "\n")
     print(text)
     return 0
 
