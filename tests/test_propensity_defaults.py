@@ -355,3 +355,22 @@ def test_named_learners_and_objects_still_work(data):
             res = ccme.fit(F, data, seed=1, tune="none", propensity=spec, clip=0.01)
             assert res.propensity_report.selections == () and res.clip == 0.01
             assert res.overlap.clip_rule == "given"
+
+
+def test_crump_alpha_with_sampling_weights_is_the_rule_on_the_weighted_population():
+    """Integer sampling weights: α equals the rule on the sample with each unit repeated w times (two and three arms)."""
+    rng = np.random.default_rng(4)
+    e = np.r_[rng.uniform(0.05, 0.95, 150), 0.004, 0.996]
+    w = rng.integers(1, 5, e.size)
+    replicated = np.repeat(e, w)
+    assert crump_alpha(e, w) == pytest.approx(crump_alpha(replicated), rel=1e-12)
+    assert crump_alpha(e, w) != pytest.approx(crump_alpha(e), rel=1e-6)  # the weights matter here
+    np.testing.assert_equal(crump_alpha(e, np.ones(e.size)), crump_alpha(e))
+    P = rng.dirichlet([2.0, 2.0, 2.0], 120)
+    P[0] = [0.002, 0.499, 0.499]
+    w3 = rng.integers(1, 4, len(P))
+    assert crump_alpha(P, w3) == pytest.approx(crump_alpha(np.repeat(P, w3, axis=0)), rel=1e-12)
+    # resolve_clip passes the weights of the units it keeps (the floor 1/n counts units, not weight)
+    A = (rng.uniform(size=e.size) < e).astype(int)
+    clip, rule = resolve_clip("auto", e, A, sampling_weights=w)
+    assert rule == CLIP_RULE and clip == min(max(crump_alpha(e, w), 1 / e.size), AUTO_CLIP_MAX)

@@ -347,9 +347,9 @@ pd.concat([signed, effects])[["unweighted", "weighted"]].round(2)
 # - **Ignoring the design biases the arms' distributions.**  The unweighted
 #   fit's means are too low in every arm, by 0.64 to 0.95 kg on average: the
 #   sample is heavier than the population, and heavier smokers gain less.
-#   The weighted fit's average signed errors are −0.41 to +0.16 kg, which ten
+#   The weighted fit's average signed errors are −0.41 to +0.15 kg, which ten
 #   draws cannot tell from zero.  Over the whole distribution (the
-#   Wasserstein distance: 1.00 against 1.26 kg) the weighted fit is about 20%
+#   Wasserstein distance: 1.01 against 1.26 kg) the weighted fit is about 20%
 #   closer to the population fit, and closer in 9 of the 10 draws.
 # - **Weighting costs variance.**  The weights cut the effective sample size,
 #   so a single weighted fit can miss by as much as an unweighted one (the
@@ -358,13 +358,13 @@ pd.concat([signed, effects])[["unweighted", "weighted"]].round(2)
 #   (0.025 and 0.026 off on average): in these data baseline weight moves
 #   the centre of the distribution more than its upper tail (heavier smokers
 #   gain less on average but vary more); the mean of the top 10% is a little
-#   better weighted (1.51 against 1.72 kg).
+#   better weighted (1.52 against 1.72 kg).
 # - **The effects do not need the weights here.**  Selection on baseline
 #   weight lowers all three arms by similar amounts, so the bias mostly
 #   cancels in the differences between arms (the signed errors of the
 #   quit − continued mean effect average −0.29 kg unweighted and −0.31 kg
 #   weighted), and what is left is variance, where the unweighted fit wins:
-#   its quit − continued effect is 0.57 kg off on average against 0.90 kg
+#   its quit − continued effect is 0.57 kg off on average against 0.91 kg
 #   weighted (the weighted fit closer in only 3 of the 10 draws), the
 #   quitters being the arm whose effective size the weights cut most.  For
 #   reduced − continued the two are about equally close (0.70 and 0.63 kg).

@@ -368,7 +368,7 @@ def fit(
     scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list, selections=selections,
                               sample_weight=sw)
     prop_seconds = time.perf_counter() - prop_started
-    clip, clip_rule = resolve_clip(clip, scores, design.A, trim=trim)
+    clip, clip_rule = resolve_clip(clip, scores, design.A, trim=trim, sampling_weights=sw)
     report = calibration_report(prop_model.key, scores, design.A, [s for s in selections if s is not None],
                                 reference=treatment.reference_code)
     overlap = overlap_diagnostics(scores, design.A, clip, warn=uses_propensity(mode), trim=trim, clip_rule=clip_rule,
@@ -434,7 +434,7 @@ def _repetition(seed, r: int, *, folds, prop_model, prop_cols, clip, estimator, 
     fold_list = make_folds(design.n, folds, rng)
     scores = cross_fit_scores(prop_model, design.X[:, prop_cols], design.A, fold_list,
                               sample_weight=weighting["sampling_weights"])
-    clip, _ = resolve_clip(clip, scores, design.A, trim=trim)
+    clip, _ = resolve_clip(clip, scores, design.A, trim=trim, sampling_weights=weighting["sampling_weights"])
     kept = overlap_diagnostics(scores, design.A, clip, warn=False, trim=trim).kept
     fold_list, data = _second_stage_data(scores, fold_list, kept, clip=clip, **weighting)
     return cross_fit(estimator, params, data, fold_list, rng.integers(2**31 - 1, size=len(fold_list)), {})

@@ -246,7 +246,7 @@ def weight_share_clip(p_arm: np.ndarray) -> float:
     return float((target - k) / tail[k]) if k < m else float(p[-1])
 
 
-def crump_alpha(scores: np.ndarray) -> float:
+def crump_alpha(scores: np.ndarray, weights: np.ndarray | None = None) -> float:
     """The optimal trimming threshold α of Crump, Hotz, Imbens & Mitnik (2009, Biometrika), from the scores.
 
     With g = 1/(e(1 − e)): α = 0 when sup g ≤ 2 E[g]; otherwise γ solves
@@ -264,12 +264,19 @@ def crump_alpha(scores: np.ndarray) -> float:
     Biometrics) that reduces to 1/(e(1 − e)) for two arms; α is then the
     probability at which a unit whose other arms share the rest evenly reaches γ
     on the binary scale, 1/2 − √(1/4 − 1/γ) as above (a bound on each arm's score).
+
+    With sampling ``weights`` the expectations are over the population the
+    weights describe: weighted means, so that a unit of weight w counts as w
+    units (integer weights give exactly the rule on the replicated sample).
     """
     e = np.clip(np.asarray(scores, dtype=np.float64), 1e-12, 1.0 - 1e-12)
-    g = np.sort(1.0 / (e * (1.0 - e)) if e.ndim == 1 else np.sum(1.0 / e, axis=1))
-    if g.size == 0 or g[-1] <= 2.0 * g.mean():
+    g = 1.0 / (e * (1.0 - e)) if e.ndim == 1 else np.sum(1.0 / e, axis=1)
+    order = np.argsort(g, kind="stable")
+    g = g[order]
+    w = np.ones(g.size) if weights is None else np.asarray(weights, dtype=np.float64)[order]
+    if g.size == 0 or g[-1] <= 2.0 * np.average(g, weights=w):
         return 0.0
-    means = np.cumsum(g) / np.arange(1, g.size + 1)
+    means = np.cumsum(w * g) / np.cumsum(w)
     k = int(np.flatnonzero(g <= 2.0 * means)[-1])
     gamma = 2.0 * means[k]
     return float(0.5 - np.sqrt(max(0.25 - 1.0 / gamma, 0.0)))
@@ -281,7 +288,7 @@ AUTO_CLIP_MAX = 0.1
 CLIP_RULE = "auto: Crump et al. (2009) alpha"
 
 
-def resolve_clip(clip, scores: np.ndarray, A: np.ndarray, *, trim: float = 0.0):
+def resolve_clip(clip, scores: np.ndarray, A: np.ndarray, *, trim: float = 0.0, sampling_weights=None):
     """``fit(clip=)`` as a number and where it came from: (clip, rule).
 
     A number is kept (rule "given").  ``"auto"`` gives the optimal trimming
@@ -294,12 +301,14 @@ def resolve_clip(clip, scores: np.ndarray, A: np.ndarray, *, trim: float = 0.0):
     floor 1/n then only keeps every weight below n (no unit stands for more
     units than the sample holds, and a score of exactly 0 or 1 never gives an
     infinite weight, which α = 0 would allow when most scores are extreme).
+    With ``sampling_weights`` α is computed over the weighted population.
     """
     if not (isinstance(clip, str) and clip == "auto"):
         return float(clip), "given"
     kept = trim_mask(scores, trim) if trim > 0 else np.ones(len(scores), dtype=bool)
     floor = 1.0 / max(int(kept.sum()), 1)
-    return min(max(crump_alpha(scores[kept]), floor), AUTO_CLIP_MAX), CLIP_RULE
+    weights = None if sampling_weights is None else np.asarray(sampling_weights)[kept]
+    return min(max(crump_alpha(scores[kept], weights), floor), AUTO_CLIP_MAX), CLIP_RULE
 
 
 def dominant_unit(scores: np.ndarray, A: np.ndarray, kept: np.ndarray) -> bool:
