@@ -236,9 +236,10 @@ class Bands:
     index : list
         Labels of the V-points.
     target : str
-        What the bands cover: the regularised, kernel-smoothed
-        E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v] (CDF); the
-        ridge bias is not included.
+        What the bands cover and how (:data:`BAND_TARGETS`): the
+        kernel-smoothed E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v]
+        (CDF), bias-reduced with small-sample critical values by default, or
+        its ridge-regularised version (plain bands).
     """
 
     y: np.ndarray
