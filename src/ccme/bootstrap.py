@@ -394,11 +394,12 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
         U = (unit_contributions(lin, e, res.n) - estimate[e] * unit_contributions(lin_mass, e, res.n)[:, :1]) / mass[e]
         Z = g.T @ U  # (n_boot, G): the draws Δ*(v_e, y)
         if small_sample:
-            variance = np.einsum("ij,ij->j", U, U)
+            U2 = U * U
+            variance = U2.sum(axis=0)
             sd = np.sqrt(variance)
             scale2 = variance + (SD_FLOOR * float(sd.max())) ** 2
             scale = np.sqrt(scale2)
-            nu = satterthwaite_df(scale2, np.einsum("ij,ij->j", U**2, U**2))
+            nu = satterthwaite_df(scale2, (U2 * U2).sum(axis=0))
             c_point = scale * stats.t.ppf(0.5 + level / 2, nu)
         else:
             # The plain bands: the level-quantile of |Δ*(y)| at each y (symmetric percentile band).
