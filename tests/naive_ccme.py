@@ -59,7 +59,7 @@ def density(res, y, V_eval, arm, scores):
 
 
 def cdf(res, y, V_eval, arm, scores):
-    bw = res.outcome_kernel(arm).bandwidth_array
+    bw = res.embedding(arm).cdf_kernel.bandwidth_array
     total = 0
     for fold in res.folds:
         atoms, c = fold_weights(res, fold, arm, V_eval, scores)

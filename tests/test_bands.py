@@ -63,7 +63,7 @@ def _twin_parts(res, arm, V, y, feature, order):
     out = []
     parts = res.embedding(arm).parts
     for part in parts:
-        vk, xk, yk = part.v_kernel, part.x_kernel, res.embedding(arm).y_kernel
+        vk, xk, yk = part.v_kernel, part.x_kernel, res.embedding(arm).readout_kernel(feature)
         K = gram(part.V1, part.V1, vk.name, vk.bandwidth_array)
         A = K + part.shift * np.eye(len(K))
         beta = np.linalg.solve(A, gram(part.V1, V, vk.name, vk.bandwidth_array)) / len(parts)
@@ -104,7 +104,7 @@ def test_bias_reduced_bands_match_a_numpy_twin(res, feature):
     np.testing.assert_allclose(b.estimate, raw / mass[:, None], rtol=1e-7, atol=1e-10)
     # the first stage's linearised influence, against the same twin
     for part, beta, _, _, W, E0, *_ in twin:
-        got = part.first_stage_influence(beta, y[:, None], feature, res.embedding(1).y_kernel)
+        got = part.first_stage_influence(beta, y[:, None], feature, res.embedding(1).readout_kernel(feature))
         np.testing.assert_allclose(got.weights, W, rtol=1e-7, atol=1e-12)
         np.testing.assert_allclose(got.residuals, E0, rtol=1e-7, atol=1e-12)
         np.testing.assert_array_equal(got.units, part.atom_units[len(part.Y1):])

@@ -26,7 +26,7 @@ from .propensity_selection import calibration_report
 from .pseudo import MODES, check_mode, hajek_scores, uses_propensity
 from .result import CCMEResult
 from .sampling_weights import resolve_weights, weighted_options
-from .tuning import TuningReport, resolve_tune, tune_readout
+from .tuning import TuningReport, distribution_readout, resolve_tune, tune_readout
 
 __all__ = ["fit", "METHODS", "MODES", "RIDGE_DEFAULTS"]
 
@@ -395,6 +395,7 @@ def fit(
                   for r in range(1, n_rep)]
         embeddings = {arm: embeddings[arm].pooled_with([other[arm].with_readout(embeddings[arm].y_kernel)
                                                         for other in others]) for arm in embeddings}
+    embeddings = distribution_readout(embeddings, design)
     timing = {
         "propensity": prop_seconds,
         "tuning": tuned.report.seconds,

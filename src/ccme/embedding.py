@@ -82,8 +82,14 @@ class Embedding:
         :class:`ccme.estimators.base.FoldArm`), or a function returning them,
         called once on first use.
     y_kernel : Kernel
-        The normalised outcome kernel with which densities, CDFs and moments
-        are read out.
+        The normalised outcome kernel with which densities and moments are
+        read out.
+    cdf_kernel : Kernel, optional
+        The kernel with which the CDF and its functionals (quantiles,
+        intervals, expected shortfalls, exceedances) are read out; default
+        ``y_kernel``.  A fit reads them out with a narrower one
+        (:func:`ccme.tuning.distribution_kernel`): a density needs smoothing,
+        a CDF does not.
     rkhs_kernel : Kernel, optional
         The outcome kernel of the embedding's RKHS (the one the estimator was
         fitted with), in which :meth:`mmd` is measured; default ``y_kernel``.
@@ -107,12 +113,13 @@ class Embedding:
     (2, 2)
     """
 
-    __slots__ = ("_parts", "_y_kernel", "_rkhs_kernel", "_range", "_encode", "_arm", "_n_threads")
+    __slots__ = ("_parts", "_y_kernel", "_cdf_kernel", "_rkhs_kernel", "_range", "_encode", "_arm", "_n_threads")
 
-    def __init__(self, parts, y_kernel: Kernel, *, rkhs_kernel: Kernel | None = None, outcome_range=None,
-                 encode=None, arm=None, n_threads: int = 0):
+    def __init__(self, parts, y_kernel: Kernel, *, cdf_kernel: Kernel | None = None,
+                 rkhs_kernel: Kernel | None = None, outcome_range=None, encode=None, arm=None, n_threads: int = 0):
         self._parts = parts if isinstance(parts, _Parts) else _Parts(parts)
         self._y_kernel = y_kernel
+        self._cdf_kernel = y_kernel if cdf_kernel is None else _check_readout(cdf_kernel, len(y_kernel.bandwidth))
         self._rkhs_kernel = y_kernel if rkhs_kernel is None else rkhs_kernel
         self._range = None if outcome_range is None else tuple(np.asarray(r, dtype=np.float64) for r in outcome_range)
         self._encode = encode
@@ -132,8 +139,41 @@ class Embedding:
 
     @property
     def y_kernel(self) -> Kernel:
-        """The read-out kernel of densities, CDFs and moments."""
+        """The read-out kernel of densities and moments."""
         return self._y_kernel
+
+    @property
+    def cdf_kernel(self) -> Kernel:
+        """The read-out kernel of the CDF and its functionals (quantiles, intervals, shortfalls, exceedances)."""
+        return self._cdf_kernel
+
+    def readout_kernel(self, feature: str) -> Kernel:
+        """The kernel a ``feature`` of :meth:`contract` is read out with: ``cdf_kernel`` for "cdf", else ``y_kernel``.
+
+        Parameters
+        ----------
+        feature : {"density", "cdf", "moments"}
+
+        Returns
+        -------
+        Kernel
+
+        Raises
+        ------
+        ParameterError
+            An unknown ``feature``.
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> emb.readout_kernel("cdf") == emb.cdf_kernel, emb.readout_kernel("density") == emb.y_kernel
+        (True, True)
+        """
+        if feature not in ("density", "cdf", "moments"):
+            raise ParameterError(f"`feature` must be 'density', 'cdf' or 'moments'; got {feature!r}")
+        return self._cdf_kernel if feature == "cdf" else self._y_kernel
 
     @property
     def rkhs_kernel(self) -> Kernel:
@@ -160,7 +200,8 @@ class Embedding:
     def __repr__(self) -> str:
         arm = "" if self._arm is None else f"arm {self._arm}, "
         state = f"{len(self.parts)} folds" if self._parts.built else "not built yet"
-        return f"<ccme.Embedding: {arm}{state}, read out with {self._y_kernel.describe()}>"
+        cdf = "" if self._cdf_kernel == self._y_kernel else f", CDFs with {self._cdf_kernel.describe()}"
+        return f"<ccme.Embedding: {arm}{state}, read out with {self._y_kernel.describe()}{cdf}>"
 
     def pooled_with(self, others) -> "Embedding":
         """This embedding averaged with others of the same arm: their fold-arms pooled, read out as this one.
@@ -189,20 +230,24 @@ class Embedding:
         """
         sources = (self._parts, *(other._parts for other in others))
         return Embedding(lambda: [part for source in sources for part in source.get()], self._y_kernel,
-                         rkhs_kernel=self._rkhs_kernel, outcome_range=self._range, encode=self._encode,
+                         cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range, encode=self._encode,
                          arm=self._arm, n_threads=self._n_threads)
 
-    def with_readout(self, y_kernel: Kernel) -> "Embedding":
-        """The same embedding read out with another outcome kernel (the fitted weights are shared).
+    def with_readout(self, y_kernel: Kernel, *, cdf_kernel: Kernel | None = None) -> "Embedding":
+        """The same embedding read out with other outcome kernels (the fitted weights are shared).
 
-        Densities, CDFs, moments, quantiles, modes and samples use the new kernel;
-        :meth:`mmd` stays in the RKHS the estimator was fitted in.
+        Densities, moments, modes and samples use ``y_kernel``; CDFs, quantiles,
+        intervals, expected shortfalls and exceedances use ``cdf_kernel``
+        (default: ``y_kernel`` too); :meth:`mmd` stays in the RKHS the
+        estimator was fitted in.
 
         Parameters
         ----------
         y_kernel : Kernel
             The new read-out kernel (:class:`ccme.kernels.Kernel`, one bandwidth per
             outcome dimension).
+        cdf_kernel : Kernel, default None
+            The new read-out kernel of the CDF and its functionals; None: ``y_kernel``.
 
         Returns
         -------
@@ -211,7 +256,7 @@ class Embedding:
         Raises
         ------
         ParameterError
-            ``y_kernel`` is not a Kernel with one bandwidth per outcome dimension.
+            A kernel that is not a Kernel with one bandwidth per outcome dimension.
 
         Examples
         --------
@@ -219,13 +264,12 @@ class Embedding:
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> emb = res.embedding(1)
         >>> wide = emb.with_readout(ccme.kernels.Kernel("gaussian", (5.0,)))
-        >>> wide.y_kernel.bandwidth, wide.density([0.0, 1.0], v=ccme.datasets.PAPER_PROFILES).shape
-        ((5.0,), (2, 2))
+        >>> wide.y_kernel.bandwidth, wide.cdf_kernel.bandwidth, wide.density([0.0, 1.0], v=ccme.datasets.PAPER_PROFILES).shape
+        ((5.0,), (5.0,), (2, 2))
         """
-        if not isinstance(y_kernel, Kernel) or len(y_kernel.bandwidth) != self.d_y:
-            raise ParameterError(f"`y_kernel` must be a ccme.kernels.Kernel with {self.d_y} bandwidth(s); got {y_kernel!r}")
-        return Embedding(self._parts, y_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range,
-                         encode=self._encode, arm=self._arm, n_threads=self._n_threads)
+        y_kernel = _check_readout(y_kernel, self.d_y)
+        return Embedding(self._parts, y_kernel, cdf_kernel=cdf_kernel, rkhs_kernel=self._rkhs_kernel,
+                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads)
 
     # -- inputs -------------------------------------------------------------
     def _v(self, v) -> np.ndarray:
@@ -311,7 +355,7 @@ class Embedding:
             The V-points: a DataFrame with the columns V is built from (encoded by
             the fit's formula), or V's encoded columns as an array.
         feature : {"density", "cdf", "moments"}
-            F is the normalised kernel, its CDF, or (1, y, y²) ("moments", 1 + 2 d_y columns).
+            F is the normalised kernel (``y_kernel``), the CDF of ``cdf_kernel``, or (1, y, y²) ("moments", 1 + 2 d_y columns).
 
         Returns
         -------
@@ -334,15 +378,14 @@ class Embedding:
         >>> emb.contract(np.array([[0.0], [1.0]]), v=ccme.datasets.PAPER_PROFILES, feature="density").shape
         (2, 2)
         """
-        if feature not in ("density", "cdf", "moments"):
-            raise ParameterError(f"`feature` must be 'density', 'cdf' or 'moments'; got {feature!r}")
+        kernel = self.readout_kernel(feature)
         V = self._v(v)
         n_features = 1 + 2 * self.d_y if feature == "moments" else len(points)
         out = np.zeros((len(V), n_features))
         parts = self.parts
         scale = 1.0 / len(parts)
         for part in parts:
-            part.contract(V, points, feature, self._y_kernel, out, scale, n_threads=self._n_threads)
+            part.contract(V, points, feature, kernel, out, scale, n_threads=self._n_threads)
         return out
 
     def weights(self, *, v):
@@ -1001,6 +1044,12 @@ class Embedding:
         (2,)
         """
         return np.sqrt(self.mmd_squared(other, v=v))
+
+
+def _check_readout(kernel, d_y: int) -> Kernel:
+    if not isinstance(kernel, Kernel) or len(kernel.bandwidth) != d_y:
+        raise ParameterError(f"a read-out kernel must be a ccme.kernels.Kernel with {d_y} bandwidth(s); got {kernel!r}")
+    return kernel
 
 
 def _merged(atoms: np.ndarray, weights: np.ndarray):

@@ -241,7 +241,7 @@ class CCMEResult:
         return self.embeddings[self.arm_index(arm)]
 
     def outcome_kernel(self, arm=None):
-        """The (normalised) outcome kernel with which arm ``arm``'s density, CDF and moments are read out.
+        """The (normalised) outcome kernel with which arm ``arm``'s density and moments are read out (its CDF: ``res.embedding(arm).cdf_kernel``).
 
         Parameters
         ----------
@@ -1670,7 +1670,8 @@ class CCMEResult:
         from .io import make_state
 
         embeddings = {
-            str(arm): {"readout": emb.y_kernel.to_state(), "parts": [part.to_state() for part in emb.parts]}
+            str(arm): {"readout": emb.y_kernel.to_state(), "cdf_readout": emb.cdf_kernel.to_state(),
+                       "parts": [part.to_state() for part in emb.parts]}
             for arm, emb in self.embeddings.items()
         }
         return make_state(
@@ -1743,7 +1744,10 @@ class CCMEResult:
                 if reader is None:
                     raise FormatError(f"a stored fold-arm has the unknown schema {str(part.get('schema'))[:40]!r}")
                 parts.append(reader(part))
-            embeddings[arm] = Embedding(parts, Kernel.from_state(node["readout"]), rkhs_kernel=params.kernels["y"],
+            # Files written before the CDF had its own read-out kernel read it out with the density's.
+            cdf_kernel = Kernel.from_state(node["cdf_readout"]) if "cdf_readout" in node else None
+            embeddings[arm] = Embedding(parts, Kernel.from_state(node["readout"]), cdf_kernel=cdf_kernel,
+                                        rkhs_kernel=params.kernels["y"],
                                         outcome_range=outcome_range, encode=design.encode_v, arm=arm)
         if set(embeddings) != set(design.arms):
             raise FormatError("the stored result does not hold every arm's embedding")

@@ -192,13 +192,16 @@ def _column_key(res, arm) -> str:
 
 
 def _readout_rows(res) -> list:
-    """The arms' read-out kernels, when they differ from the embedding's outcome kernel."""
+    """The arms' read-out kernels: the density's when it differs from the embedding's outcome kernel, and the CDF's."""
     common = res.kernels["y"]
     kernels = {arm: res.embeddings[arm].y_kernel for arm in res.arms}
-    if all(k == common for k in kernels.values()):
-        return []
     names, y_names = _arm_names(res), res.design.y_names
-    return [(f"Y density, {names[arm]}", kernels[arm].describe(y_names)) for arm in res.arms]
+    rows = []
+    if not all(k == common for k in kernels.values()):
+        rows += [(f"Y density, {names[arm]}", kernels[arm].describe(y_names)) for arm in res.arms]
+    rows += [(f"Y CDF, {names[arm]}", res.embeddings[arm].cdf_kernel.describe(y_names)) for arm in res.arms
+             if res.embeddings[arm].cdf_kernel != kernels[arm]]
+    return rows
 
 
 def _tuning_rows(report) -> list:
