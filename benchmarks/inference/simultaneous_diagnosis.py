@@ -12,7 +12,8 @@ Probes (``--probes``, comma-separated):
 - ``default``   the bands as shipped;
 - ``order:M``   iterated Tikhonov of order M instead of ``ccme.bootstrap.BAND_ORDER`` (less λ₁ bias, more variance);
 - ``v:F``       the second stage refitted with the V bandwidths times F for the bands only (less V-smoothing bias);
-- ``ps:true``   the fit redone with the case's true propensity (no propensity error in the DR pseudo-outcome).
+- ``ps:true``   the fit redone with the case's true propensity (no propensity error in the DR pseudo-outcome);
+- ``A+B``       probes combined (e.g. ``order:150+v:0.8``).
 
 The ``v:F`` probe rebuilds each ridge fold-arm's second-stage factor with the
 scaled kernel (``dataclasses.replace`` on the fitted fold-arm); it is a probe
@@ -78,16 +79,17 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # clipping notes and the like: this run measures
             fits["default"] = ccme.fit(case.formula, data, seed=rep)
-            if "ps:true" in probes:
+            if any("ps:true" in probe.split("+") for probe in probes):
                 fits["ps:true"] = ccme.fit(case.formula, data, seed=rep, propensity=truth["ps"].to_numpy())
         for probe in probes:
-            kind, _, value = probe.partition(":")
-            res = fits["ps:true"] if probe == "ps:true" else fits["default"]
+            res = fits["ps:true"] if "ps:true" in probe.split("+") else fits["default"]
             try:
-                if kind == "order":
-                    bootstrap.BAND_ORDER = int(value)
-                elif kind == "v":
-                    bootstrap._linear_parts = _scaled_second_stage(float(value))
+                for component in probe.split("+"):
+                    kind, _, value = component.partition(":")
+                    if kind == "order":
+                        bootstrap.BAND_ORDER = int(value)
+                    elif kind == "v":
+                        bootstrap._linear_parts = _scaled_second_stage(float(value))
                 for arm in (1, 0):
                     mix = case.mixture(v, arm)
                     bandwidth = float(res.embedding(arm).y_kernel.bandwidth_array[0])
@@ -104,11 +106,11 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
         print(case_name, n, rep, flush=True)
     lines = [f"$ python benchmarks/inference/simultaneous_diagnosis.py --case {case_name} --n {n} --reps {reps} "
              f"--probes {','.join(probes)}",
-             f"{'probe':10s} {'pointwise':>9s} {'simult.':>8s} {'true pw':>8s} {'width':>8s}   "
+             f"{'probe':18s} {'pointwise':>9s} {'simult.':>8s} {'true pw':>8s} {'width':>8s}   "
              "simultaneous by arm (1; 0) and V-point"]
     for probe, t in tally.items():
         sim = np.array(t["simultaneous"]).reshape(reps, 2, 3).mean(axis=0)
-        lines.append(f"{probe:10s} {np.mean(t['pointwise']):9.3f} {np.mean(t['simultaneous']):8.3f} "
+        lines.append(f"{probe:18s} {np.mean(t['pointwise']):9.3f} {np.mean(t['simultaneous']):8.3f} "
                      f"{np.mean(t['true']):8.3f} {np.mean(t['width']):8.4f}   "
                      f"{' '.join(f'{s:.2f}' for s in sim[0])}; {' '.join(f'{s:.2f}' for s in sim[1])}")
     return lines
@@ -120,10 +122,12 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--reps", type=int, default=20, help="data sets (seeds 0 .. reps-1)")
     p.add_argument("--probes", default="default,order:60,order:150,v:0.8,v:0.6,ps:true")
+    p.add_argument("--tag", default="", help="suffix of the results file's name")
     args = p.parse_args(argv)
     lines = run(args.case, args.n, args.reps, args.probes.split(","))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"simultaneous_diagnosis_{args.case}_{args.n}.txt").write_text("\n".join(lines) + "\n")
+    tag = f"_{args.tag}" if args.tag else ""
+    (RESULTS / f"simultaneous_diagnosis_{args.case}_{args.n}{tag}.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

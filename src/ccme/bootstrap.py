@@ -653,11 +653,15 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     QTEs by inversion, expected shortfalls by :func:`ccme.embedding.tail_means`, the MMD as the RKHS norm of the difference (on the
     quadrature of :func:`_mmd_grid`).  The interval is the estimate ± the
     ``level`` quantile of |T* − T| (symmetric basic bootstrap; for the MMD
-    floored at 0), the standard error the draws' standard deviation.  Like
-    the bands they cover the regularised (smoothed) effect: the ridge bias
-    is not included.  The MMD of a multivariate outcome, or with a
-    non-Gaussian outcome kernel, gets NaN (its draws need the
-    one-dimensional Gaussian quadrature).
+    floored at 0), the standard error the draws' standard deviation.  With
+    ``target="smoothed"`` the draws and the centre are those of the
+    bias-reduced second stage (as for the bands); ``"regularised"`` centres
+    on the estimate and leaves the ridge bias out.  The CDF-based effects
+    (QTEs, CDF differences, shortfalls, Kolmogorov, Wasserstein) are read out
+    with each arm's ``cdf_kernel``, whose smoothing bias is negligible next to
+    their standard errors (:func:`ccme.tuning.distribution_kernel`).  The MMD
+    of a multivariate outcome, or with a non-Gaussian outcome kernel, gets
+    NaN (its draws need the one-dimensional Gaussian quadrature).
 
     Parameters
     ----------

@@ -6,7 +6,8 @@ Every quantity is computed from the two arms' embeddings through
 - difference of means E[Y¹ | v] − E[Y⁰ | v] (the CATE implied by the two
   estimated distributions);
 - quantile treatment effects Q₁(q | v) − Q₀(q | v) (d_y = 1), from the
-  normalised, monotone CDFs;
+  normalised, monotone CDFs (read out with each arm's ``cdf_kernel``,
+  narrower than the density's: :func:`ccme.tuning.distribution_kernel`);
 - the maximum mean discrepancy ‖μ̂_{Y¹|V}(v) − μ̂_{Y⁰|V}(v)‖ in the RKHS of the
   outcome kernel *as fitted* (``res.kernels["y"]``, the normalised kernel of
   the embedding; an arm's density read-out kernel, if tuned separately, does

@@ -483,6 +483,10 @@ class Embedding:
     def cdf(self, y, *, v, normalize: bool = True) -> np.ndarray:
         """F̂(y | v) = P̂(Y^a ≤ y | V = v), closed form for the Gaussian and Laplace kernels.
 
+        Read out with :attr:`cdf_kernel`: Σ_k c_k(v) K_F((y − y_k)/h_F), whose
+        bandwidth a fit sets narrower than the density's
+        (:func:`ccme.tuning.distribution_kernel`).
+
         Parameters
         ----------
         y : array (G,) or (G, d_y)

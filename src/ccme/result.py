@@ -360,6 +360,10 @@ class CCMEResult:
     def cdf(self, y, *, newdata=None, arm=None, normalize: bool = True) -> np.ndarray:
         """Estimated conditional CDF P̂(Y^a ≤ y | V = v), shape (n_newdata, G) (:meth:`ccme.Embedding.cdf`).
 
+        Read out with the arm's ``cdf_kernel`` (narrower than the density's:
+        :func:`ccme.tuning.distribution_kernel`), as are the quantiles,
+        intervals, shortfalls and exceedances built on it.
+
         Parameters
         ----------
         y : array (G,) or (G, d_y)
