@@ -13,6 +13,9 @@ Probes (``--probes``, comma-separated):
 - ``order:M``   iterated Tikhonov of order M instead of ``ccme.bootstrap.BAND_ORDER`` (less λ₁ bias, more variance);
 - ``v:F``       the second stage refitted with the V bandwidths times F for the bands only (less V-smoothing bias);
 - ``ps:true``   the fit redone with the case's true propensity (no propensity error in the DR pseudo-outcome);
+- ``fixed``     the fit redone with ``tune="none"`` and the hyperparameters (λ₀, λ₁, X and V bandwidths, the
+                outcome read-out bandwidth) a default fit chose on one other data set of the case (seed 99999): the
+                bootstrap conditions on the tuned values, and this removes their variability across data sets;
 - ``A+B``       probes combined (e.g. ``order:150+v:0.8``).
 
 The ``v:F`` probe rebuilds each ridge fold-arm's second-stage factor with the
@@ -66,6 +69,19 @@ def _scaled_second_stage(factor: float):
     return parts
 
 
+def _fixed_hyperparameters(case, n: int) -> dict:
+    """The hyperparameters a default fit chooses on data set 99999 of the case, as ``fit`` keywords."""
+    data, _ = case.simulate(n, 99999)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ccme.fit(case.formula, data, seed=99999)
+    kernels = res.kernels
+    return dict(tune="none", lam0=dict(res.penalties["lam0"]), lam1=float(next(iter(res.penalties["lam1"].values()))),
+                x_bandwidth=tuple(float(b) for b in kernels["x"].bandwidth),
+                v_bandwidth=tuple(float(b) for b in kernels["v"].bandwidth),
+                y_bandwidth=float(np.mean([res.embedding(a).y_kernel.bandwidth[0] for a in (1, 0)])))
+
+
 def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
     case = get_case(case_name)
     v = case.eval_points(3, seed=0)
@@ -73,6 +89,7 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
     y = np.linspace(box[:, 0].min(), box[:, 1].max(), 100)
     tally = {p: {"pointwise": [], "simultaneous": [], "true": [], "width": []} for p in probes}
     original_parts, original_order = bootstrap._linear_parts, bootstrap.BAND_ORDER
+    fixed = _fixed_hyperparameters(case, n) if any("fixed" in probe.split("+") for probe in probes) else None
     for rep in range(reps):
         data, truth = case.simulate(n, rep)
         fits = {}
@@ -81,8 +98,11 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
             fits["default"] = ccme.fit(case.formula, data, seed=rep)
             if any("ps:true" in probe.split("+") for probe in probes):
                 fits["ps:true"] = ccme.fit(case.formula, data, seed=rep, propensity=truth["ps"].to_numpy())
+            if fixed is not None:
+                fits["fixed"] = ccme.fit(case.formula, data, seed=rep, **fixed)
         for probe in probes:
-            res = fits["ps:true"] if "ps:true" in probe.split("+") else fits["default"]
+            refit = [c for c in probe.split("+") if c in ("ps:true", "fixed")]
+            res = fits[refit[0]] if refit else fits["default"]
             try:
                 for component in probe.split("+"):
                     kind, _, value = component.partition(":")
