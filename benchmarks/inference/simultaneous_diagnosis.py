@@ -16,7 +16,8 @@ Probes (``--probes``, comma-separated):
 - ``fixed``     the fit redone with ``tune="none"`` and the hyperparameters (λ₀, λ₁, X and V bandwidths, the
                 outcome read-out bandwidth) a default fit chose on one other data set of the case (seed 99999): the
                 bootstrap conditions on the tuned values, and this removes their variability across data sets;
-- ``A+B``       probes combined (e.g. ``order:150+v:0.8``).
+- ``clip:C``    the fit redone with ``clip=C`` instead of the automatic clip (less clipping bias for C small);
+- ``A+B``       probes combined (e.g. ``order:150+v:0.8``, ``ps:true+clip:0.005``).
 
 The ``v:F`` probe rebuilds each ridge fold-arm's second-stage factor with the
 scaled kernel (``dataclasses.replace`` on the fitted fold-arm); it is a probe
@@ -95,14 +96,22 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
         fits = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # clipping notes and the like: this run measures
-            fits["default"] = ccme.fit(case.formula, data, seed=rep)
-            if any("ps:true" in probe.split("+") for probe in probes):
-                fits["ps:true"] = ccme.fit(case.formula, data, seed=rep, propensity=truth["ps"].to_numpy())
-            if fixed is not None:
-                fits["fixed"] = ccme.fit(case.formula, data, seed=rep, **fixed)
+            for probe in ["default"] + probes:
+                refit = tuple(c for c in probe.split("+") if c.partition(":")[0] in ("ps", "fixed", "clip"))
+                if refit in fits:
+                    continue
+                kwargs = {}
+                for component in refit:
+                    kind, _, value = component.partition(":")
+                    if kind == "ps":
+                        kwargs["propensity"] = truth["ps"].to_numpy()
+                    elif kind == "fixed":
+                        kwargs.update(fixed)
+                    else:
+                        kwargs["clip"] = float(value)
+                fits[refit] = ccme.fit(case.formula, data, seed=rep, **kwargs)
         for probe in probes:
-            refit = [c for c in probe.split("+") if c in ("ps:true", "fixed")]
-            res = fits[refit[0]] if refit else fits["default"]
+            res = fits[tuple(c for c in probe.split("+") if c.partition(":")[0] in ("ps", "fixed", "clip"))]
             try:
                 for component in probe.split("+"):
                     kind, _, value = component.partition(":")
