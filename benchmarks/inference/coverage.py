@@ -30,6 +30,11 @@ truth's ±4 sd box, for both arms:
   and upper expected shortfalls at α = 0.1 (and the QTEs and shortfalls of
   the smoothed laws; closed forms for Gaussian mixtures).
 
+The effect intervals' lines in ``results/coverage.jsonl`` predate the CDF's
+own read-out kernel (8e6ba50); their coverage since is measured by
+``distribution_readout.py --factors fit`` on the same data sets (the bands
+of densities did not change).
+
 The order of the bias reduction (``ccme.bootstrap.BAND_ORDER``) and the
 simultaneous floor were chosen on the ``paper`` case at n = 2000 (the zoo's
 "choose" split); ``hetero_v2`` and ``linear_v1`` ("report") were not looked
