@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 import ccme  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
-from benchmarks.inference.coverage import LEVEL, _commit, smoothed  # noqa: E402
+from benchmarks.inference.coverage import LEVEL, _commit, smoothed, study_points  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "inference" / "results" / "cdf_band_coverage.jsonl"
 
@@ -94,9 +94,7 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.cases.split(","):
         case = get_case(name)
-        v_points = case.eval_points(3, seed=0)
-        box = np.concatenate([case.mixture(v_points, arm).limits(z=4.0) for arm in (1, 0)])
-        y = np.linspace(box[:, 0].min(), box[:, 1].max(), 100)
+        v_points, y = study_points(case)
         for rep in range(args.first, args.reps):
             row = one_data_set(case, args.n, rep, v_points, y)
             with args.out.open("a") as fh:

@@ -68,6 +68,13 @@ TARGETS = ("smoothed", "regularised")
 OUT = ROOT / "benchmarks" / "inference" / "results" / "coverage.jsonl"
 
 
+def study_points(case):
+    """The study's 3 fixed V-points (drawn once per case) and 100 outcome values spanning both arms' ±4 sd box."""
+    v_points = case.eval_points(3, seed=0)
+    box = np.concatenate([case.mixture(v_points, arm).limits(z=4.0) for arm in (1, 0)])
+    return v_points, np.linspace(box[:, 0].min(), box[:, 1].max(), 100)
+
+
 def smoothed(mix: Mixture, bandwidth: float) -> Mixture:
     """The mixture convolved with N(0, bandwidth²): E[k(Y, y) | v] for the Gaussian read-out kernel."""
     return Mixture(mix.weights, mix.means, mix.covs + bandwidth**2)
@@ -167,9 +174,7 @@ def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0) -> 
             done.add((row["case"], row["n"], row["rep"], row.get("n_rep", 1)))
     for name in cases:
         case = get_case(name)
-        v_points = case.eval_points(3, seed=0)
-        box = np.concatenate([case.mixture(v_points, arm).limits(z=4.0) for arm in (1, 0)])
-        y = np.linspace(box[:, 0].min(), box[:, 1].max(), 100)
+        v_points, y = study_points(case)
         for rep in range(first, reps):
             if (name, n, rep, n_rep) in done:
                 continue

@@ -47,7 +47,7 @@ import ccme.bootstrap as bootstrap  # noqa: E402
 from ccme import _backend  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
-from benchmarks.inference.coverage import LEVEL, smoothed  # noqa: E402
+from benchmarks.inference.coverage import LEVEL, smoothed, study_points  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -85,9 +85,7 @@ def _fixed_hyperparameters(case, n: int) -> dict:
 
 def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
     case = get_case(case_name)
-    v = case.eval_points(3, seed=0)
-    box = np.concatenate([case.mixture(v, arm).limits(z=4.0) for arm in (1, 0)])
-    y = np.linspace(box[:, 0].min(), box[:, 1].max(), 100)
+    v, y = study_points(case)
     tally = {p: {"pointwise": [], "simultaneous": [], "true": [], "width": []} for p in probes}
     original_parts, original_order = bootstrap._linear_parts, bootstrap.BAND_ORDER
     fixed = _fixed_hyperparameters(case, n) if any("fixed" in probe.split("+") for probe in probes) else None
