@@ -45,7 +45,13 @@ def fold_weights(res, fold, arm, V_eval, scores):
     a, b = pseudo_coefficients(res.mode, d.A[t], arm, scores[t])
     beta = np.linalg.solve(gauss(d.V[t], d.V[t], kv) + n * lam1 * np.eye(n), gauss(d.V[t], V_eval, kv))
     B = np.linalg.solve(gauss(Xo[r0], Xo[r0], kx) + m * lam0 * np.eye(m), gauss(Xo[r0], Xo[t], kx))
-    return np.vstack([d.Y[t], d.Y[r0]]), np.vstack([a[:, None] * beta, B @ (b[:, None] * beta)])
+    atoms = np.vstack([d.Y[t], d.Y[r0]])
+    lam_p = res.penalties.get("lam1_plugin", {}).get(arm, lam1) if res.mode == "dr" else lam1
+    if lam_p != lam1:
+        # the correction ω(φ(Y) − μ̂₀(X)) smoothed at λ₁, the plug-in part μ̂₀(X) at λ₁ᵖ
+        beta_p = np.linalg.solve(gauss(d.V[t], d.V[t], kv) + n * lam_p * np.eye(n), gauss(d.V[t], V_eval, kv))
+        return atoms, np.vstack([a[:, None] * beta, B @ (beta_p - a[:, None] * beta)])
+    return atoms, np.vstack([a[:, None] * beta, B @ (b[:, None] * beta)])
 
 
 def density(res, y, V_eval, arm, scores):

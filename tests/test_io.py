@@ -87,7 +87,8 @@ def test_ridge_round_trip_is_bit_identical(data, mode, tmp_path):
     path = res.save(tmp_path / "fit.ccme")
     back = ccme.load(path)
     _assert_same(res, back)
-    if mode == "dr":  # the automatic tuning's report survives with its curves
+    if mode == "dr":  # the automatic tuning's report survives with its curves, and the split fold-arms
+        assert type(back.embedding(1).parts[0]).__name__ == "SplitSecondStage"
         assert back.tuning.chosen == res.tuning.chosen
         pd.testing.assert_frame_equal(back.tuning.to_frame(), res.tuning.to_frame())
     # unseen categorical levels are still refused by the rebuilt encoder

@@ -47,6 +47,26 @@ def test_density_equals_paper_formula(small, mode, folds):
         np.testing.assert_allclose(got, np.where(var < 0, np.nan, var), rtol=1e-8)
 
 
+@pytest.mark.parametrize("folds", [2, 3])
+def test_split_doubly_robust_equals_its_closed_form(small, folds):
+    """λ₁ᵖ ≠ λ₁: c(v) = [ω∘β(v; λ₁); B(β(v; λ₁ᵖ) − ω∘β(v; λ₁))], the plug-in part smoothed at its own penalty."""
+    data, scores, newdata, grid = small
+    kwargs = dict(mode="dr", folds=folds, propensity=scores, seed=5, lam0=0.02, lam1=0.05)
+    res = ccme.fit("y ~ a | x1 + x2 + x3 | x6 + x7", data, lam1_plugin={1: 0.002, 0: 0.01}, **kwargs)
+    one = ccme.fit("y ~ a | x1 + x2 + x3 | x6 + x7", data, **kwargs)
+    assert all(type(p).__name__ == "SplitSecondStage" for p in res.embedding(1).parts)
+    V = newdata[["x1", "x2", "x3"]].to_numpy()
+    for arm in (1, 0):
+        expected = naive.density(res, grid[:, None], V, arm, scores)
+        got = res.density(grid, newdata=newdata, arm=arm, normalize=False)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max())
+        # the split changes the estimate, and with λ₁ᵖ = λ₁ it is the one regression
+        assert np.abs(got - one.density(grid, newdata=newdata, arm=arm, normalize=False)).max() > 1e-4
+    same = ccme.fit("y ~ a | x1 + x2 + x3 | x6 + x7", data, lam1_plugin=0.05, **kwargs)
+    assert type(same.embedding(1).parts[0]).__name__ == "RidgeFoldArm"
+    np.testing.assert_array_equal(same.density(grid, newdata=newdata, arm=1), one.density(grid, newdata=newdata, arm=1))
+
+
 def test_training_data_is_default_newdata(small):
     data, scores, _, grid = small
     res = ccme.fit("y ~ a | x1 + x2 | x3", data, propensity=scores, seed=1)

@@ -111,7 +111,7 @@ def tuned(data):
 
 def test_auto_tuning_reports_its_choices(tuned):
     report = tuned.tuning
-    assert set(report.chosen) == {"lam0", "lam1", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
+    assert set(report.chosen) == {"lam0", "lam1", "lam1_plugin", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
     for arm in (1, 0):
         assert report.chosen["lam0"][arm] in LAMBDA_GRID
         assert tuned.penalties["lam0"][arm] == report.chosen["lam0"][arm]
@@ -121,7 +121,7 @@ def test_auto_tuning_reports_its_choices(tuned):
             assert curve.chosen == curve.values[np.nanargmin(curve.criterion)]
         assert curve.chosen in curve.values
     frame = report.to_frame()
-    assert set(frame.parameter) == {"lam0", "lam1", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
+    assert set(frame.parameter) == {"lam0", "lam1", "lam1_plugin", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
     # per-group bandwidths (tests/test_ard.py): the kernels carry them, the relevance table lists every group
     assert list(tuned.kernels["x"].bandwidth_array) == report.chosen["x_bandwidth"]
     assert list(report.relevance_frame().group) == [f"x{j}" for j in range(1, 7)] + ["x1", "x2", "x3"]
@@ -144,7 +144,8 @@ def test_user_values_are_not_tuned(data):
     res = ccme.fit(F, data, seed=3, lam1=0.05)
     assert set(res.tuning.chosen) == {"lam0", "y_bandwidth", "x_bandwidth", "v_bandwidth"}
     res = ccme.fit(F, data, seed=3, x_bandwidth="median", v_bandwidth=2.0)
-    assert set(res.tuning.chosen) == {"lam0", "lam1", "y_bandwidth"} and res.kernels["v"].bandwidth == (2.0,) * 3
+    assert set(res.tuning.chosen) == {"lam0", "lam1", "lam1_plugin", "y_bandwidth"}
+    assert res.kernels["v"].bandwidth == (2.0,) * 3
 
 
 def test_tune_none_and_grids(data):
@@ -172,7 +173,7 @@ def test_plot_tuning(tuned):
     import matplotlib.pyplot as plt
 
     axes = tuned.plot_tuning()
-    assert len(axes) == 3
+    assert len(axes) == 4  # λ₀, λ₁, the plug-in part's λ₁ᵖ, σ_y
     assert len(axes[0].get_lines()) == 4  # two arms: curve + chosen marker each
     plt.close(axes[0].figure)
     untuned = ccme.fit(F, ccme.datasets.paper_simulation(200, seed=1), seed=1, tune="none")

@@ -219,7 +219,11 @@ def fit(
         ``ccme.tuning.ARD_UNITS`` units per regression, and the
         outcome bandwidth (d_y = 1) by weighted least-squares cross-validation
         over factors ``ccme.tuning.Y_BANDWIDTH_FACTORS`` of Silverman's rule.
-        A dict gives grids: ``{"lam0": [...], "lam1": [...], "x_bandwidth":
+        With ``mode="dr"`` it also chooses λ₁ᵖ (``lam1_plugin``), the penalty
+        of the pseudo-outcome's plug-in part μ̂₀(X), by leave-one-out on
+        μ̂₀(X_i): the correction and the plug-in part are then smoothed in V
+        with their own penalties (:class:`ccme.estimators.base.SplitSecondStage`).
+        A dict gives grids: ``{"lam0": [...], "lam1": [...], "lam1_plugin": [...], "x_bandwidth":
         [factors] or "ard", "v_bandwidth": [factors] or "ard", "y_bandwidth":
         [factors]}`` (bandwidth entries multiply the rule's bandwidth; "ard":
         the per-group search).  Hyperparameters
@@ -232,7 +236,9 @@ def fit(
         ``"lam0"``/``"lam1"`` (Deep Feature) and ``"M"`` (both) grids.
     **hyperparameters
         Ridge: ``lam`` (both stages) or ``lam0``/``lam1`` (penalty λ in K + nλI,
-        a number or a dict {1: .., 0: ..} per arm), ``kernel`` (X and V) or
+        a number or a dict {1: .., 0: ..} per arm), ``lam1_plugin`` (doubly
+        robust mode: the plug-in part's own second-stage penalty; default: tuned
+        with ``tune="auto"`` unless ``lam1`` is given, else λ₁), ``kernel`` (X and V) or
         ``x_kernel``/``v_kernel`` ("gaussian", "laplace", "matern32",
         "matern52"), ``y_kernel`` ("gaussian", "laplace"), and
         ``x_bandwidth``/``v_bandwidth``/``y_bandwidth`` (a number, one number

@@ -80,7 +80,7 @@ from scipy import stats
 from .embedding import invert_cdf, normalized_cdf, tail_means
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS
-from .estimators.base import LinearSecondStage
+from .estimators.base import LinearSecondStage, linear_terms
 from .grids import outcome_grid
 from .kernels import Kernel
 
@@ -105,8 +105,9 @@ _CHUNK_DOUBLES = 1 << 22
 # per-fold linear structure (ccme.estimators.base.LinearSecondStage)
 # ---------------------------------------------------------------------------
 def _linear_parts(res, arm: int) -> list:
-    parts = res.embeddings[arm].parts
-    if not all(isinstance(p, LinearSecondStage) for p in parts):
+    """Per fold, the linear second stages whose sum is its fold-arm (:func:`ccme.estimators.base.linear_terms`)."""
+    parts = [linear_terms(part) for part in res.embeddings[arm].parts]
+    if not all(isinstance(t, LinearSecondStage) for terms in parts for t in terms):
         supported = sorted(name for name, est in ESTIMATORS.items() if est.supports_bootstrap)
         raise ParameterError(
             f"the multiplier bootstrap (bands, test_effect) needs a linear second stage (method in {supported}); "
@@ -166,13 +167,15 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     parts = _linear_parts(res, arm)
     n_threads = res.embeddings[arm].n_threads
     out = []
-    for part in parts:
-        P = part.unit_features(points, feature, kernel, n_threads)
-        beta = iterated_tikhonov(part, part.beta(V, n_threads) / len(parts), order, n_threads)
-        out.append(_Linear(units=part.units, beta=beta, P=P, R=part.residual_features(P, n_threads)))
-        influence = part.first_stage_influence(beta, points, feature, kernel, n_threads) if first_stage else None
-        if influence is not None:
-            out.append(_Linear(units=influence.units, beta=influence.weights, P=None, R=influence.residuals))
+    for terms in parts:
+        # A split fold-arm's terms share their units, so the same multipliers perturb both (_Linear.perturb).
+        for part in terms:
+            P = part.unit_features(points, feature, kernel, n_threads)
+            beta = iterated_tikhonov(part, part.beta(V, n_threads) / len(parts), order, n_threads)
+            out.append(_Linear(units=part.units, beta=beta, P=P, R=part.residual_features(P, n_threads)))
+            influence = part.first_stage_influence(beta, points, feature, kernel, n_threads) if first_stage else None
+            if influence is not None:
+                out.append(_Linear(units=influence.units, beta=influence.weights, P=None, R=influence.residuals))
     return out
 
 

@@ -64,7 +64,8 @@ from threadpoolctl import ThreadpoolController
 
 from . import _backend
 from .errors import NotFittedError, ParameterError
-from .estimators.base import FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, project_atoms
+from .estimators.base import (FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, doubly_robust_split,
+                              project_atoms)
 from .estimators.forest_first_stage import first_stage_choices
 from .estimators.lowrank import NystromArm, _ROUNDS, _ROWS, STORAGE, LowRankFoldArm, NystromFeatures, _blocks, _times, worst_covered
 from .estimators.ridge import RidgeEstimator
@@ -515,9 +516,11 @@ class DistributedLowRankFold(FoldFit):
         self.data, self.fold, self.seed = data, fold, int(seed)
         self.v_kernel, self.x_kernel = params.kernels["v"], params.kernels["x"]
         self.lam0, self.lam1 = params["lam0"], params["lam1"]
+        self.lam1_plugin = dict(params.get("lam1_plugin") or {}) if data.mode == "dr" else {}
         self.settings = params["lowrank"]
         self._second_stage = {}
         self._factors = {}
+        self._first_stage = {}  # arm -> its X stage while the arm's terms are built
         if data.mode != "onestep":
             self._features(fold.target, "V")
 
@@ -591,16 +594,33 @@ class DistributedLowRankFold(FoldFit):
             self._factors[(key, shift)] = _shifted_chol(stage.gram, shift)
         return self._factors[(key, shift)]
 
-    def arm(self, arm: int) -> "DistributedLowRankFoldArm":
+    def arm(self, arm: int) -> FoldArm:
         """Build arm ``arm``'s fold-arm (as :meth:`ccme.estimators.lowrank.LowRankFold.arm`, on the partitions)."""
+        data = self.data
+        pseudo = pseudo_outcome(data.mode, arm, A=data.design.A, target=self.fold.target,
+                                scores_target=data.scores[self.fold.target])
+        try:
+            return doubly_robust_split(lambda part, lam: self._arm(arm, part, lam), pseudo, self.lam1[arm],
+                                       self.lam1_plugin.get(arm))
+        finally:
+            self._first_stage.pop(arm, None)  # Ψ₀ is kept only while the arm's terms are built
+
+    def _first_stage_of(self, arm: int, rows0) -> tuple:
+        """(stage, factor of Ψ₀ᵀΨ₀ + s₀I, s₀) of ``arm``'s first stage, formed once per :meth:`arm`."""
+        if arm not in self._first_stage:
+            first = self._stage(rows0, "Xo", self.x_kernel, salt=2 + arm)
+            shift0 = len(rows0) * self.lam0[arm]
+            self._first_stage[arm] = (first, _shifted_chol(first.gram, shift0), shift0)
+        return self._first_stage[arm]
+
+    def _arm(self, arm: int, pseudo, lam: float) -> "DistributedLowRankFoldArm":
         data, fold, client, layout = self.data, self.fold, self.client, self.layout
         design, Xo = data.design, data.Xo
         A, Y = design.A, design.Y
-        pseudo = pseudo_outcome(data.mode, arm, A=A, target=fold.target, scores_target=data.scores[fold.target])
         rows = pseudo.rows
         key = ("V", arm) if data.mode == "onestep" else "V"
         second = self._features(rows, key)
-        shift = len(rows) * self.lam1[arm]
+        shift = len(rows) * lam
         chol = self._factor(key, second, shift)
         trace_error = {"V": second.trace_error}
         rank = second.features.rank
@@ -609,9 +629,8 @@ class DistributedLowRankFold(FoldFit):
         loadings, local0 = {}, {}
         if pseudo.has_first_stage:
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
-            first = self._stage(rows0, "Xo", self.x_kernel, salt=2 + arm)
-            x_map, shift0 = first.features, len(rows0) * self.lam0[arm]
-            chol0 = _shifted_chol(first.gram, shift0)
+            first, chol0, shift0 = self._first_stage_of(arm, rows0)
+            x_map = first.features
             trace_error["X"] = first.trace_error
             shared_x = _share(client, x_map)
             # M = G0⁻¹ Σ_p Ψ1_pᵀ diag(b_p) Φ_p (r0 × r), summed in partition order
@@ -625,7 +644,7 @@ class DistributedLowRankFold(FoldFit):
             for (p, local, start), psi in zip(first.segments, first.futures):
                 loadings[p] = client.submit(_w_loadings, psi, shared_m, pure=False)
                 local0[p] = local
-            del first  # Ψ₀ is not kept (as in the local fit): the loadings are
+            del first  # Ψ₀ is not kept past the arm (as in the local fit): the loadings are
             Y0 = Y[rows0]
         else:
             x_map, shared_x, chol0, shift0 = None, None, np.zeros((0, 0)), 0.0

@@ -261,6 +261,7 @@ def plot_training(res, *, ax=None, **kwargs):
 _TUNING_LABELS = {
     "lam0": "λ₀ (stage 1)",
     "lam1": "λ₁ (stage 2)",
+    "lam1_plugin": "λ₁ᵖ (stage 2, plug-in part)",
     "y_bandwidth": "outcome bandwidth σ_y",
     "M": "M (features / grid points)",
     "epochs_stage1": "epoch (stage 1, early stopping)",

@@ -23,6 +23,12 @@ fold's second-stage part; the one-step regression only over the arm's units
 there (it is the naive regression of the observed outcome, with no
 confounding adjustment beyond V).
 
+In the doubly robust mode the two parts of ξ̂ can be smoothed in V with
+their own penalties (:func:`split_doubly_robust`): the correction
+ω(φ(Y) − μ̂₀(X)), whose noise is that of the weighted outcomes, and the
+plug-in part μ̂₀(X), a smooth, low-noise function of X
+(:class:`ccme.estimators.base.SplitSecondStage`).
+
 With ``fit(normalize_weights=True)`` the weights ω are Hájek-normalised:
 divided, per fold and arm, by their mean over the fold's second-stage units
 (:func:`hajek_scores`, ``pseudo_outcome(normalize=True)``).
@@ -37,8 +43,8 @@ import numpy as np
 from .errors import ParameterError
 from .propensity import arm_probabilities
 
-__all__ = ["MODES", "MODE_NAMES", "PseudoOutcome", "pseudo_outcome", "hajek_scores", "uses_first_stage",
-           "uses_propensity", "check_mode"]
+__all__ = ["MODES", "MODE_NAMES", "PseudoOutcome", "pseudo_outcome", "split_doubly_robust", "hajek_scores",
+           "uses_first_stage", "uses_propensity", "check_mode"]
 
 MODES = ("dr", "ipw", "pi", "onestep")
 MODE_NAMES = {
@@ -100,6 +106,43 @@ class PseudoOutcome:
                 raise ValueError("the pseudo-outcome involves the first stage: pass its features")
             out = out + self.b[:, None] * first_stage
         return out
+
+
+def split_doubly_robust(pseudo: PseudoOutcome) -> tuple[PseudoOutcome, PseudoOutcome]:
+    """The doubly robust pseudo-outcome as its correction and its plug-in part, which sum to it.
+
+    ξ̂_i = ω_i (φ(Y_i) − μ̂₀(X_i)) + μ̂₀(X_i): the correction has coefficients
+    (a, b) = (ω, −ω), the plug-in part (0, 1), so that the coefficients add
+    up to the doubly robust (ω, 1 − ω) of :func:`pseudo_outcome`.
+
+    Parameters
+    ----------
+    pseudo : PseudoOutcome
+        A doubly robust pseudo-outcome (b = 1 − a).
+
+    Returns
+    -------
+    (PseudoOutcome, PseudoOutcome)
+        The correction and the plug-in part, over the same rows.
+
+    Raises
+    ------
+    ValueError
+        If ``pseudo`` is not of the doubly robust form.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> dr = PseudoOutcome(rows=np.arange(3), a=np.array([2.0, 0.0, 4.0]), b=np.array([-1.0, 1.0, -3.0]))
+    >>> correction, plugin = split_doubly_robust(dr)
+    >>> correction.b.tolist(), plugin.a.tolist(), plugin.b.tolist()
+    ([-2.0, -0.0, -4.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
+    """
+    if not np.allclose(pseudo.a + pseudo.b, 1.0, rtol=0.0, atol=1e-12):
+        raise ValueError("only a doubly robust pseudo-outcome (b = 1 - a) splits into correction and plug-in part")
+    n = len(pseudo.rows)
+    return (PseudoOutcome(rows=pseudo.rows, a=pseudo.a, b=-pseudo.a),
+            PseudoOutcome(rows=pseudo.rows, a=np.zeros(n), b=np.ones(n)))
 
 
 def hajek_scores(scores: np.ndarray, A: np.ndarray, folds, sample_weight: np.ndarray | None = None) -> np.ndarray:

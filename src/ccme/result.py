@@ -117,8 +117,8 @@ class CCMEResult:
 
     @property
     def penalties(self) -> dict:
-        """``"lam0"``, ``"lam1"`` → {arm: λ} (K + nλI), for the methods that have them."""
-        return {k: dict(self.params[k]) for k in ("lam0", "lam1") if k in self.params}
+        """``"lam0"``, ``"lam1"`` (and ``"lam1_plugin"`` where set) → {arm: λ} (K + nλI), for the methods that have them."""
+        return {k: dict(self.params[k]) for k in ("lam0", "lam1", "lam1_plugin") if self.params.get(k) is not None}
 
     @property
     def n(self) -> int:
@@ -1841,8 +1841,21 @@ def _fold_arm_readers() -> dict:
     from .estimators.deep_feature import DeepFeatureFoldArm
     from .estimators.forest_first_stage import ForestRidgeFoldArm
     from .estimators.neural_kernel import NeuralKernelFoldArm
-    from .estimators.ridge import RidgeFoldArm
+    from .errors import FormatError
+    from .estimators.base import SplitSecondStage
     from .estimators.lowrank import LowRankFoldArm
+    from .estimators.ridge import RidgeFoldArm
 
-    return {t.STATE_SCHEMA: t.from_state
-            for t in (RidgeFoldArm, ForestRidgeFoldArm, LowRankFoldArm, DeepFeatureFoldArm, NeuralKernelFoldArm)}
+    readers = {t.STATE_SCHEMA: t.from_state
+               for t in (RidgeFoldArm, ForestRidgeFoldArm, LowRankFoldArm, DeepFeatureFoldArm, NeuralKernelFoldArm)}
+
+    def read_term(state):
+        # a term of a split fold-arm is one of the types above (never another split one)
+        reader = readers.get(state.get("schema") if isinstance(state, dict) else None)
+        if reader is None:
+            schema = state.get("schema") if isinstance(state, dict) else None
+            raise FormatError(f"a stored fold-arm term has the unknown schema {str(schema)[:40]!r}")
+        return reader(state)
+
+    readers[SplitSecondStage.STATE_SCHEMA] = lambda state: SplitSecondStage.from_state(state, read_term)
+    return readers

@@ -206,7 +206,8 @@ def _readout_rows(res) -> list:
 
 def _tuning_rows(report) -> list:
     rows = []
-    for name, label in (("lam0", "lambda0"), ("lam1", "lambda1"), ("y_bandwidth", "Y bandwidth")):
+    for name, label in (("lam0", "lambda0"), ("lam1", "lambda1"), ("lam1_plugin", "lambda1, plug-in part"),
+                        ("y_bandwidth", "Y bandwidth")):
         if name in report.chosen:
             curves = [c for c in report.curves if c.parameter == name]
             rows.append((label, f"{curves[0].criterion_name} over {len(curves[0].values)} values"))

@@ -143,7 +143,7 @@ __all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_ou
 LAMBDA_GRID = tuple(np.logspace(-4, 0, 9))
 #: Default factors of Silverman's outcome bandwidth.
 Y_BANDWIDTH_FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
-_TUNABLE = ("lam0", "lam1", "x_bandwidth", "v_bandwidth", "y_bandwidth")
+_TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")
 #: Deep Feature's penalty grid for ``tune="auto"`` (ΨᵀΨ + nλI, both stages):
 #: coarser than the ridge's because each value trains a network
 #: (:mod:`ccme.estimators.neural_tuning`).
@@ -329,8 +329,10 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
         if tune != "auto":
             raise ParameterError(f"`tune` must be 'auto', 'none' or a dict of grids; got {tune!r}")
         if method == "ridge":
-            grids = {"lam0": LAMBDA_GRID, "lam1": LAMBDA_GRID, "x_bandwidth": "ard", "v_bandwidth": "ard",
-                     "y_bandwidth": Y_BANDWIDTH_FACTORS}
+            grids = {"lam0": LAMBDA_GRID, "lam1": LAMBDA_GRID, "lam1_plugin": LAMBDA_GRID, "x_bandwidth": "ard",
+                     "v_bandwidth": "ard", "y_bandwidth": Y_BANDWIDTH_FACTORS}
+            if "lam1" in user_keys or not PLUGIN_PENALTY_SEARCH:
+                grids.pop("lam1_plugin")  # a λ₁ given by the user serves both parts unless λ₁ᵖ is given too
         elif method == "deep_feature":
             grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID}
         else:
@@ -392,6 +394,10 @@ LAMBDA_RATE = {"X": 1.5, "V": 1.2}
 #: (``benchmarks/tuning_rule.py``, ``results/dr_first_stage_penalty_choose.txt``: geometric-mean ISE ratio 1.004 at
 #: 0.3, 1.007 at 0.1), so the LOO choice is kept.
 DR_FIRST_STAGE_PENALTY = 1.0
+#: Whether ``tune="auto"`` chooses the doubly robust plug-in part's own penalty λ₁ᵖ (:func:`_plugin_penalty`).  On
+#: the zoo's "choose" split it lowered ridge DR's integrated squared error (``benchmarks/tuning_rule.py``,
+#: ``results/plugin_penalty_choose.txt``); False restores one penalty for the whole pseudo-outcome, to rerun that.
+PLUGIN_PENALTY_SEARCH = True
 #: Rank (number of Nyström centres) at most of the kernel approximations beyond the penalty subsamples: the first
 #: stage μ̂₀ of the stage-2 pseudo-outcomes when its regression is larger than LAMBDA_UNITS, and the read-out proxy.
 NYSTROM_RANK = 300
@@ -711,7 +717,8 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
 
     # Stage 2: KRR of the pseudo-outcomes on V over each fold's target part.
     v_ard = False
-    if "lam1" in grids or "v_bandwidth" in grids:
+    plugin = mode == "dr" and "lam1_plugin" in grids
+    if "lam1" in grids or "v_bandwidth" in grids or plugin:
         lam1_now = prepared["lam1"]
         lam_grid = np.asarray(grids.get("lam1", (lam1_now[arms[0]],)))
         v_kernel = prepared["kernels"]["v"]
@@ -761,7 +768,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
 
         def one(task):
             (k, group), _, f = task
-            rows, _, size = targets[k][group[0]]
+            rows, _, size, _ = targets[k][group[0]]
             shift = _transfer(len(rows), size, "V")
             spec = _spectrum(V[rows], v_kernel, f, lam_grid.min() * shift, 1, weights_of(rows))
             return spec.approximate, [size * spec.loo(targets[k][arm][1], lam_grid * shift, 1) for arm in group]
@@ -808,6 +815,13 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             prepared["kernels"]["v"] = Kernel(v_kernel.name, tuple(v_kernel.bandwidth_array * f_best),
                                               f"{v_kernel.rule} x {f_best:g}, LOO")
             report.chosen["v_bandwidth_factor"] = float(f_best)
+    if plugin:
+        lam1_plugin, curve = _plugin_penalty(targets, V, prepared["kernels"]["v"], grids["lam1_plugin"], weights_of,
+                                             extend=grids["lam1_plugin"] is LAMBDA_GRID, n_threads=n_threads,
+                                             n=len(design.A))
+        prepared["lam1_plugin"] = {arm: lam1_plugin for arm in arms}
+        report.chosen["lam1_plugin"] = dict(prepared["lam1_plugin"])
+        report.curves.append(curve)
     if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
         report.pending_readout = _readout_proxy(
@@ -830,6 +844,39 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     note_edges(report, design.treatment)
     report.seconds = time.perf_counter() - started
     return params.replace(**prepared), report
+
+
+def _plugin_penalty(targets, V, v_kernel: Kernel, lam_grid, weights_of, *, extend: bool, n_threads: int, n: int):
+    """λ₁ᵖ, the doubly robust plug-in part's second-stage penalty, by leave-one-out on μ̂₀(X_i); (λ, its curve).
+
+    The regression of the plug-in part μ̂₀(X_i) on V_i over each fold's
+    second-stage units (the subsample the λ₁ search uses, its penalty carried
+    to the fold's size by :data:`LAMBDA_RATE`), one penalty for all arms: the
+    sum of the arms' and folds' LOO errors (RKHS) is minimised.  Its targets
+    are smooth functions of X with no outcome noise, so its choice is smaller
+    than λ₁'s, which the correction's noise sets
+    (:class:`ccme.estimators.base.SplitSecondStage`).  The default grid grows
+    downwards as λ₁'s does.
+    """
+    lam_grid = np.asarray(lam_grid, dtype=float)
+
+    def one(k):
+        rows, _, size, _ = next(iter(targets[k].values()))  # the arms share the second stage's rows
+        shift = _transfer(len(rows), size, "V")
+        spec = _spectrum(V[rows], v_kernel, 1.0, lam_grid.min() * shift, 1, weights_of(rows))
+        return spec.approximate, sum(size * spec.loo(first, lam_grid * shift, 1)
+                                     for _, _, _, first in targets[k].values() if first is not None)
+
+    for extension in range(_EXTENSIONS + 1):
+        with threadpool_limits(limits=1, user_api="blas"):
+            results = _parallel(one, list(range(len(targets))), n_threads)
+        crit = sum(curve for _, curve in results) / n
+        best = _best(crit)
+        if not (extend and best == 0) or extension == _EXTENSIONS:
+            break
+        lam_grid = np.concatenate([lam_grid[0] * 10.0 ** np.array([-1.0, -0.5]), lam_grid])
+    chosen = float(lam_grid[best])
+    return chosen, TuningCurve("lam1_plugin", lam_grid, crit, "LOO (RKHS) of mu0(X) on V, all arms", chosen)
 
 
 def _proxy_readout(mode: str, design, prepared: dict) -> bool:
@@ -907,7 +954,8 @@ def _split_by_arm(problem: _ArdProblem, arms) -> dict:
 
 def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0, n_threads, stage1, replaced=None,
                              seed: int = 0, sw=None):
-    """Per fold and arm: (second-stage rows, feature coordinates of ξ̂ on them, the regression's number of units).
+    """Per fold and arm: (second-stage rows, feature coordinates of ξ̂ on them, the regression's number of units,
+    those of μ̂₀(X_i) on them or None).
 
     The rows are a seeded subsample of at most :data:`LAMBDA_UNITS` of the
     regression's units (all of them when it has no more; one subsample for
@@ -938,7 +986,7 @@ def _pseudo_outcome_features(mode, design, Xo, folds, scores, G, x_kernel, lam0,
                 first = _first_stage_at(Xo[rows], Xo, rows0, G, x_kernel, lam0[arm], stage1.get((k, arm)),
                                         _units_rng(seed, 3, k, arm), n_threads, sw)
             sub = PseudoOutcome(rows=rows, a=pseudo.a[pick], b=pseudo.b[pick])
-            per_arm[arm] = (rows, sub.features(G[rows], first), len(pseudo.rows))
+            per_arm[arm] = (rows, sub.features(G[rows], first), len(pseudo.rows), first)
         out.append(per_arm)
     return out
 

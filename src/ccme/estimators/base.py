@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import ParameterError
 
 __all__ = ["Estimator", "Parameters", "CrossFitData", "FoldFit", "FoldArm", "LinearSecondStage", "FirstStageInfluence",
+           "SplitSecondStage", "linear_terms", "doubly_robust_split",
            "Tuned", "TwoStageAtoms", "resolve_options", "FactoredArm", "contract_factored", "project_atoms"]
 
 
@@ -382,6 +383,132 @@ class FirstStageInfluence:
     units: np.ndarray
     weights: np.ndarray
     residuals: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class SplitSecondStage(FoldArm):
+    """A doubly robust fold-arm whose correction and plug-in part are smoothed in V with their own penalties.
+
+    The doubly robust pseudo-outcome is ξ̂_i = ω_i (φ(Y_i) − μ̂₀(X_i)) + μ̂₀(X_i)
+    (:func:`ccme.pseudo.split_doubly_robust`).  One ridge regression of ξ̂ on V
+    uses one penalty for both parts, and the leave-one-out choice of that
+    penalty is set by the correction's noise (the weighted outcomes), so the
+    plug-in part, a smooth function of X with little noise, is oversmoothed.
+    Here each part has its own second stage,
+
+        μ̂(v) = Σ_i β_i(v; λ₁) ω_i (φ(Y_i) − μ̂₀(X_i)) + Σ_i β_i(v; λ₁ᵖ) μ̂₀(X_i),
+
+    the correction at λ₁ (chosen on ξ̂, as before) and the plug-in part at λ₁ᵖ
+    (chosen on μ̂₀(X_i), :func:`ccme.tuning.tune_ridge`).  Both are linear
+    smoothers converging to E[ξ̂ | V], so the estimate keeps the doubly robust
+    form.  The atoms and their units are the same in both terms, so the
+    weights are the sum of the terms' weights: every functional works on it
+    unchanged.  The multiplier bootstrap perturbs both terms with the same
+    units' multipliers (:func:`linear_terms`).
+
+    Attributes
+    ----------
+    correction, plugin : FoldArm
+        Fold-arms of one estimator over the same atoms, with the pseudo-outcomes
+        (ω, −ω) and (0, 1).
+    """
+
+    correction: FoldArm
+    plugin: FoldArm
+
+    STATE_SCHEMA = "ccme.SplitSecondStage"
+    STATE_VERSION = 1
+
+    def __post_init__(self):
+        if self.correction.n_atoms != self.plugin.n_atoms or \
+                not np.array_equal(self.correction.atom_units, self.plugin.atom_units):
+            raise ValueError("the correction and the plug-in part must share their atoms")
+
+    @property
+    def terms(self) -> tuple:
+        return self.correction, self.plugin
+
+    @property
+    def atoms(self) -> np.ndarray:
+        return self.correction.atoms
+
+    @property
+    def atom_units(self):
+        return self.correction.atom_units
+
+    @property
+    def units(self) -> np.ndarray:
+        return self.correction.units
+
+    @property
+    def pseudo(self):
+        """The doubly robust pseudo-outcome the two parts add up to."""
+        from ..pseudo import PseudoOutcome
+
+        c, p = self.correction.pseudo, self.plugin.pseudo
+        return PseudoOutcome(rows=c.rows, a=c.a + p.a, b=c.b + p.b)
+
+    def weights(self, V_eval, n_threads: int = 0):
+        atoms, c = self.correction.weights(V_eval, n_threads)
+        return atoms, c + self.plugin.weights(V_eval, n_threads)[1]
+
+    def contract(self, V_eval, points, feature, y_kernel, out, scale: float, n_threads: int = 0) -> None:
+        for term in self.terms:
+            term.contract(V_eval, points, feature, y_kernel, out, scale, n_threads)
+
+    def diagnostics(self) -> dict:
+        """The terms' facts merged: the larger jitter, rank and trace error of each role."""
+        merged = {}
+        for facts in (term.diagnostics() for term in self.terms):
+            for key, value in facts.items():
+                if isinstance(value, dict):
+                    inner = merged.setdefault(key, {})
+                    for role, x in value.items():
+                        inner[role] = max(inner.get(role, x), x)
+                else:
+                    merged[key] = max(merged.get(key, value), value)
+        return merged
+
+    def to_state(self) -> dict:
+        """Both terms' states (:mod:`ccme.io`)."""
+        from ..io import make_state
+
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, correction=self.correction.to_state(),
+                          plugin=self.plugin.to_state())
+
+    @classmethod
+    def from_state(cls, state, read_part) -> "SplitSecondStage":
+        """Inverse of :meth:`to_state`; ``read_part`` rebuilds a term from its state (a known fold-arm type)."""
+        from ..errors import FormatError
+        from ..io import check_schema
+
+        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("correction", "plugin"))
+        try:
+            return cls(correction=read_part(state["correction"]), plugin=read_part(state["plugin"]))
+        except ValueError as exc:
+            raise FormatError(f"the stored split fold-arm is inconsistent: {exc}") from None
+
+
+def linear_terms(part) -> tuple:
+    """The linear second stages whose sum is the fold-arm ``part``: its terms if split, else ``(part,)``."""
+    return part.terms if isinstance(part, SplitSecondStage) else (part,)
+
+
+def doubly_robust_split(build, pseudo, lam1: float, lam1_plugin: float | None) -> FoldArm:
+    """``build(pseudo, λ)``, or the :class:`SplitSecondStage` of the correction at λ₁ and the plug-in part at λ₁ᵖ.
+
+    What each estimator's :meth:`FoldFit.arm` calls with its own ``build`` (a
+    fold-arm of one pseudo-outcome with one second-stage penalty): in the
+    doubly robust mode with a plug-in penalty λ₁ᵖ ≠ λ₁ the fold-arm is split
+    (:func:`ccme.pseudo.split_doubly_robust`); otherwise, and in every other
+    mode (``lam1_plugin`` None), it is one fold-arm, as without the option.
+    """
+    if lam1_plugin is None or lam1_plugin == lam1:
+        return build(pseudo, lam1)
+    from ..pseudo import split_doubly_robust
+
+    correction, plugin = split_doubly_robust(pseudo)
+    return SplitSecondStage(correction=build(correction, lam1), plugin=build(plugin, lam1_plugin))
 
 
 class FoldFit(ABC):

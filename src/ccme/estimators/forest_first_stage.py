@@ -77,7 +77,7 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel
 from ..pseudo import PseudoOutcome, uses_first_stage
-from .base import FoldArm, LinearSecondStage, TwoStageAtoms, per_arm
+from .base import FoldArm, LinearSecondStage, TwoStageAtoms, linear_terms, per_arm
 
 __all__ = ["FIRST_STAGES", "FOREST_DEFAULTS", "ForestFirstStage", "ForestRidgeFoldArm", "check_first_stage",
            "check_forest_settings", "forest_weights", "grow_forest_first_stage", "select_first_stage",
@@ -600,7 +600,7 @@ def first_stage_section(params, embeddings, treatment=None) -> list:
         return []
     rows = []
     for arm in choices:
-        parts = embeddings[arm].parts
+        parts = [term for part in embeddings[arm].parts for term in linear_terms(part)]
         forests = [p for p in parts if isinstance(p, ForestRidgeFoldArm)]
         if not any(getattr(p, "pseudo", None) is not None and p.pseudo.has_first_stage for p in parts):
             text = "none (the mode has no first stage)"

@@ -72,7 +72,8 @@ from ..errors import ParameterError
 from ..kernels import Kernel
 from ..memory import check_allocation
 from ..pseudo import PseudoOutcome, pseudo_outcome
-from .base import FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, TwoStageAtoms, project_atoms
+from .base import (FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, TwoStageAtoms,
+                   doubly_robust_split, project_atoms)
 
 __all__ = ["STORAGE", "NystromFeatures", "NystromArm", "LowRankFold", "LowRankFoldArm", "LOWRANK_DEFAULTS", "APPROX_THRESHOLD",
            "resolve_approx", "check_lowrank_settings"]
@@ -561,9 +562,11 @@ class LowRankFold(FoldFit):
         self.data, self.fold, self.seed = data, fold, int(seed)
         self.v_kernel, self.x_kernel = params.kernels["v"], params.kernels["x"]
         self.lam0, self.lam1 = params["lam0"], params["lam1"]
+        self.lam1_plugin = dict(params.get("lam1_plugin") or {}) if data.mode == "dr" else {}
         self.settings = params["lowrank"]
         self._second_stage = {}  # rows' key -> (v_map, Phi); λ₁ -> factor
         self._factors = {}
+        self._first_stage = {}  # arm -> its X features while the arm's terms are built
         if data.mode != "onestep":
             self._features(fold.target, "V")
 
@@ -590,28 +593,45 @@ class LowRankFold(FoldFit):
         return self._factors[(key, shift)]
 
     @_serial_blas
-    def arm(self, arm: int) -> LowRankFoldArm:
+    def arm(self, arm: int) -> FoldArm:
+        """Build arm ``arm``'s fold-arm; split in the doubly robust mode when λ₁ᵖ ≠ λ₁ (:func:`doubly_robust_split`)."""
+        data = self.data
+        pseudo = pseudo_outcome(data.mode, arm, A=data.design.A, target=self.fold.target,
+                                scores_target=data.scores[self.fold.target])
+        try:
+            return doubly_robust_split(lambda part, lam: self._arm(arm, part, lam), pseudo, self.lam1[arm],
+                                       self.lam1_plugin.get(arm))
+        finally:
+            self._first_stage.pop(arm, None)  # the X features (m × r) are kept only while the arm's terms are built
+
+    def _first_stage_of(self, arm: int, X0, w0):
+        """(φ_X, Ψ₀, factor of Ψ₀ᵀWΨ₀ + s₀I, s₀) of ``arm``'s first stage, formed once per :meth:`arm`."""
+        if arm not in self._first_stage:
+            x_map, Psi0 = self._select(X0, self.x_kernel, salt=2 + arm)
+            Psi0 = Psi0.astype(STORAGE, copy=False)
+            shift0 = len(X0) * self.lam0[arm] if w0 is None else float(np.sum(w0)) * self.lam0[arm]
+            self._first_stage[arm] = (x_map, Psi0, _gram_chol(Psi0, shift0, w0), shift0)
+        return self._first_stage[arm]
+
+    @_serial_blas
+    def _arm(self, arm: int, pseudo, lam: float) -> LowRankFoldArm:
         data, fold = self.data, self.fold
         design, Xo = data.design, data.Xo
         A, Y = design.A, design.Y
-        pseudo = pseudo_outcome(data.mode, arm, A=A, target=fold.target, scores_target=data.scores[fold.target])
         rows = pseudo.rows
         key = ("V", arm) if data.mode == "onestep" else "V"
         v_map, Phi, v_error = self._features(rows, key)
         weights = data.sampling_weights
         w1 = None if weights is None else np.ascontiguousarray(weights[rows], dtype=np.float64)
         # s = λ₁ Σ w_i: nλ₁ unweighted, the repeated rows' penalty for frequency weights (module docstring)
-        shift = len(rows) * self.lam1[arm] if w1 is None else float(np.sum(w1)) * self.lam1[arm]
+        shift = len(rows) * lam if w1 is None else float(np.sum(w1)) * lam
         chol = self._factor(key, Phi, shift, w1)
         trace_error = {"V": v_error}
         if pseudo.has_first_stage:
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
             X0, X1 = Xo[rows0], Xo[rows]
-            x_map, Psi0 = self._select(X0, self.x_kernel, salt=2 + arm)
-            Psi0 = Psi0.astype(STORAGE, copy=False)
             w0 = None if weights is None else np.ascontiguousarray(weights[rows0], dtype=np.float64)
-            shift0 = len(rows0) * self.lam0[arm] if w0 is None else float(np.sum(w0)) * self.lam0[arm]
-            chol0 = _gram_chol(Psi0, shift0, w0)
+            x_map, Psi0, chol0, shift0 = self._first_stage_of(arm, X0, w0)
             # M = G0⁻¹ Ψ1ᵀ diag(b ∘ w) Φ, accumulated over blocks of units so that Ψ1 (n × r0) is never held whole.
             bw = pseudo.b if w1 is None else pseudo.b * w1
             PtB = np.zeros((x_map.rank, Phi.shape[1]))

@@ -26,8 +26,8 @@ from ..errors import ParameterError
 from ..kernels import Kernel, design_groups, resolve_kernel
 from ..memory import check_allocation
 from ..pseudo import MODES, PseudoOutcome, pseudo_outcome, uses_first_stage
-from .base import (CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, Tuned, TwoStageAtoms,
-                   per_arm)
+from .base import (CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, SplitSecondStage, Tuned,
+                   TwoStageAtoms, doubly_robust_split, per_arm)
 from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
 from .lowrank import LOWRANK_DEFAULTS, LowRankFold, check_lowrank_settings, resolve_approx
 
@@ -224,7 +224,10 @@ class RidgeFold(FoldFit):
         # settings, the fold's seed (the forest's) and the forests the tuning grew ({arm: ForestFirstStage}).
         self.first_stage = params.get("first_stage") or {arm: "kernel" for arm in data.design.arms}
         self.forest, self.seed, self.prebuilt = params.get("forest"), seed, dict(prebuilt or {})
+        # The doubly robust mode's plug-in penalty per arm ({}: one penalty for the whole pseudo-outcome).
+        self.lam1_plugin = dict(params.get("lam1_plugin") or {}) if data.mode == "dr" else {}
         self._second_stage = {}  # λ₁ -> (L_V, jitter): one factor serves both arms when their λ₁ agree
+        self._first_stage = {}  # arm -> (L_X0, jitter)
         if data.mode != "onestep":
             self._factor_second_stage(self.lam1[data.design.arms[0]])
 
@@ -236,23 +239,41 @@ class RidgeFold(FoldFit):
                                                       "the second-stage Cholesky factor of K_V + nλ₁I")
         return self._second_stage[lam]
 
-    def arm(self, arm: int) -> RidgeFoldArm:
-        """Build arm ``arm``'s estimator on this fold (the pseudo-outcome table of :mod:`ccme.pseudo`)."""
+    def arm(self, arm: int) -> FoldArm:
+        """Build arm ``arm``'s estimator on this fold (the pseudo-outcome table of :mod:`ccme.pseudo`).
+
+        In the doubly robust mode with a plug-in penalty λ₁ᵖ (``lam1_plugin``)
+        other than λ₁, the :class:`~ccme.estimators.base.SplitSecondStage` of
+        two fold-arms that share the first stage.
+        """
+        data = self.data
+        pseudo = pseudo_outcome(data.mode, arm, A=data.design.A, target=self.fold.target,
+                                scores_target=data.scores[self.fold.target])
+        return doubly_robust_split(lambda part, lam: self._arm(arm, part, lam), pseudo, self.lam1[arm],
+                                   self.lam1_plugin.get(arm))
+
+    def _first_stage_factor(self, arm: int, rows0: np.ndarray):
+        # one factor of K_X0 + mλ₀I per arm, shared by the terms of a split fold-arm
+        if arm not in self._first_stage:
+            self._first_stage[arm] = _guarded_factor(self.data.Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm],
+                                                     self.data.n_threads,
+                                                     "the first-stage Cholesky factor of K_X0 + mλ₀I")
+        return self._first_stage[arm]
+
+    def _arm(self, arm: int, pseudo, lam: float) -> RidgeFoldArm:
+        """The fold-arm of ``pseudo`` with the second-stage penalty ``lam``."""
         data, fold = self.data, self.fold
         design, Xo = data.design, data.Xo
         V, Y, A = design.V, design.Y, design.A
-        target = fold.target
-        pseudo = pseudo_outcome(data.mode, arm, A=A, target=target, scores_target=data.scores[target])
         rows = pseudo.rows
         no_x = np.zeros((0, Xo.shape[1]))
         no_y = np.zeros((0, Y.shape[1]))
+        shift = len(rows) * lam
         if data.mode == "onestep":
-            shift = len(rows) * self.lam1[arm]
             L_V, jit_v = _guarded_factor(V[rows], self.v_kernel, shift, data.n_threads,
                                          "the one-step Cholesky factor of K_V + nλ₁I")
         else:
-            shift = len(rows) * self.lam1[arm]
-            L_V, jit_v = self._factor_second_stage(self.lam1[arm])
+            L_V, jit_v = self._factor_second_stage(lam)
         jitter = {"V": jit_v}
         if pseudo.has_first_stage and self.first_stage[arm] == "forest":
             from .forest_first_stage import forest_fold_arm
@@ -262,8 +283,7 @@ class RidgeFold(FoldFit):
                                    prebuilt=self.prebuilt.get(arm))
         if pseudo.has_first_stage:
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
-            L_X0, jitter["X"] = _guarded_factor(Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm],
-                                                data.n_threads, "the first-stage Cholesky factor of K_X0 + mλ₀I")
+            L_X0, jitter["X"] = self._first_stage_factor(arm, rows0)
             X1, X0, Y0 = Xo[rows], Xo[rows0], Y[rows0]
         else:
             L_X0, X1, X0, Y0 = _EMPTY, no_x, no_x, no_y
@@ -282,13 +302,14 @@ def _guarded_factor(Z, kernel: Kernel, shift: float, n_threads: int, what: str):
     return _backend.kernel_ridge_factor(Z, kernel.name, kernel.bandwidth_array, shift, n_threads=n_threads)
 
 
-def factor_bytes(mode: str, A: np.ndarray, folds, shared_second_stage: bool = True) -> float:
+def factor_bytes(mode: str, A: np.ndarray, folds, second_stage_factors: int = 1) -> float:
     """Bytes of the Cholesky factors a ridge fit holds once both arms are built (8 bytes per entry).
 
-    Per fold: the second-stage factor over D1 (shared by the arms when their
-    λ₁ agree, ``shared_second_stage``, else one per arm; for one-step one per arm over the arm's
-    D1 units) and, for the modes with a first stage (dr, pi), one factor per
-    arm over the arm's D0 units.
+    Per fold: ``second_stage_factors`` factors over D1, one per distinct
+    second-stage penalty (1 when the arms' λ₁ agree; in the doubly robust
+    mode the plug-in part's λ₁ᵖ counts too, :func:`second_stage_penalties`);
+    for one-step one per arm over the arm's D1 units; and, for the modes with
+    a first stage (dr, pi), one factor per arm over the arm's D0 units.
     """
     total = 0.0
     arms = np.unique(A)
@@ -296,10 +317,18 @@ def factor_bytes(mode: str, A: np.ndarray, folds, shared_second_stage: bool = Tr
         if mode == "onestep":
             total += sum(float(np.sum(A[fold.target] == arm)) ** 2 for arm in arms)
             continue
-        total += (1 if shared_second_stage else len(arms)) * float(len(fold.target)) ** 2
+        total += second_stage_factors * float(len(fold.target)) ** 2
         if uses_first_stage(mode):
             total += sum(float(np.sum(A[fold.nuisance] == arm)) ** 2 for arm in arms)
     return 8.0 * total
+
+
+def second_stage_penalties(params, mode: str) -> set:
+    """The distinct penalties of the second stages over D1: the arms' λ₁ and, doubly robust, their λ₁ᵖ."""
+    penalties = set(params["lam1"].values())
+    if mode == "dr" and params.get("lam1_plugin"):
+        penalties |= set(params["lam1_plugin"].values())
+    return penalties
 
 
 #: Documented defaults of the ridge estimator's hyperparameters.  The penalty
@@ -309,6 +338,10 @@ def factor_bytes(mode: str, A: np.ndarray, folds, shared_second_stage: bool = Tr
 RIDGE_DEFAULTS = {
     "lam0": 1e-2,          # first stage, K_X0 + mλ₀I
     "lam1": 1e-2,          # second stage, K_V + nλ₁I
+    # Doubly robust mode: the penalty of the plug-in part μ̂₀(X) of the pseudo-outcome, smoothed in V apart from
+    # the correction (ccme.estimators.base.SplitSecondStage).  None: λ₁ for both parts (one regression), unless
+    # tuned (tune="auto" tunes it by leave-one-out on μ̂₀(X_i)).
+    "lam1_plugin": None,
     "x_kernel": "gaussian",
     "v_kernel": "gaussian",
     "y_kernel": "gaussian",
@@ -354,6 +387,8 @@ class RidgeEstimator(Estimator):
             },
             "lam0": per_arm_positive(options["lam0"], "lam0", design.treatment),
             "lam1": per_arm_positive(options["lam1"], "lam1", design.treatment),
+            "lam1_plugin": None if options["lam1_plugin"] is None else
+            per_arm_positive(options["lam1_plugin"], "lam1_plugin", design.treatment),
             "first_stage": first_stage,
             "forest": check_forest_settings(options["forest"]),
             "approx": resolve_approx(options["approx"], design.n, first_stage),
@@ -370,7 +405,8 @@ class RidgeEstimator(Estimator):
             else None
         if selection is not None and all(choice == "forest" for choice in params["first_stage"].values()):
             grids = {k: v for k, v in grids.items() if k not in ("lam0", "x_bandwidth")}  # no kernel first stage
-        if selection is None and not any(k in grids for k in ("lam0", "lam1", "x_bandwidth", "v_bandwidth")):
+        if selection is None and not any(k in grids for k in ("lam0", "lam1", "lam1_plugin", "x_bandwidth",
+                                                             "v_bandwidth")):
             return Tuned(params, TuningReport())
         params, report = tune_ridge(data=data, folds=folds, params=params, grids=grids, first_stage=selection,
                                     seed=int(seeds[0]))
@@ -389,7 +425,7 @@ class RidgeEstimator(Estimator):
         """
         if params.get("approx") == "lowrank":
             return 0.0
-        return factor_bytes(mode, A, folds, shared_second_stage=len(set(params["lam1"].values())) == 1)
+        return factor_bytes(mode, A, folds, second_stage_factors=len(second_stage_penalties(params, mode)))
 
     def describe(self, params: Parameters, *, design, outcome_columns, embeddings) -> list:
         k = params.kernels
@@ -402,7 +438,7 @@ class RidgeEstimator(Estimator):
             ("Penalties (K + n*lambda*I)", [
                 ("lambda0 (stage 1)", _per_arm_text(params["lam0"], design.treatment)),
                 ("lambda1 (stage 2)", _per_arm_text(params["lam1"], design.treatment)),
-            ]),
+            ] + _plugin_penalty_rows(params, design, embeddings)),
             ("Algebra", [("path", _algebra_text(params))]),
         ] + first_stage_section(params, embeddings, design.treatment)
 
@@ -433,6 +469,14 @@ def _positive(value, name: str) -> float:
     if not (v > 0 and np.isfinite(v)):
         raise ParameterError(f"`{name}` must be a positive number; got {value!r}")
     return v
+
+
+def _plugin_penalty_rows(params, design, embeddings) -> list:
+    """The summary's row of the doubly robust plug-in part's own penalty λ₁ᵖ (none when no fold-arm is split)."""
+    plugin = params.get("lam1_plugin")
+    if not plugin or not any(isinstance(part, SplitSecondStage) for emb in embeddings.values() for part in emb.parts):
+        return []
+    return [("lambda1, plug-in part", _per_arm_text(plugin, design.treatment) + "; correction at lambda1")]
 
 
 def _algebra_text(params) -> str:
