@@ -32,6 +32,13 @@
   the kernel's spectrum up to LAMBDA_UNITS units, beyond by the Nyström kernel
   ridge regression on at most :data:`NYSTROM_RANK` centres
   (:func:`_first_stage_at`);
+- in the doubly robust mode, the penalty λ₁ᵖ of the pseudo-outcome's plug-in
+  part μ̂₀(X) (:func:`_plugin_penalty`), by the same leave-one-out criterion
+  on the targets μ̂₀(X_i) over the same subsamples, one value for the arms:
+  the second stage then smooths the correction ω(φ(Y) − μ̂₀(X)) at λ₁ and the
+  plug-in part at λ₁ᵖ (:class:`ccme.estimators.base.SplitSecondStage`).  λ₁,
+  chosen on ξ̂, is set by the correction's noise (the weighted outcomes) and
+  oversmooths the plug-in part, whose targets carry no outcome noise;
 - the X and V bandwidths per covariate group (ARD: one factor of the rule's
   bandwidth per raw variable, a categorical variable's indicator columns
   together, :func:`ccme.kernels.covariate_groups`) by the same criterion: a
