@@ -144,3 +144,10 @@ def test_save_and_load_keep_the_split(tuned, tmp_path):
     assert isinstance(part, SplitSecondStage)
     grid = tuned.default_grid(30)
     np.testing.assert_array_equal(back.density(grid, arm=1), tuned.density(grid, arm=1))
+
+
+@pytest.mark.parametrize("kwargs", [dict(mode="pi", lam1_plugin=0.01), dict(mode="ipw", tune={"lam1_plugin": [0.1]}),
+                                    dict(mode="onestep", lam1_plugin=0.01)])
+def test_plugin_penalty_outside_the_doubly_robust_mode_is_refused(data, kwargs):
+    with pytest.raises(ccme.ParameterError, match="doubly robust plug-in part"):
+        _fit(data, **kwargs)

@@ -338,6 +338,9 @@ def fit(
     clip_arg = clip
     options = estimator.options(hyperparameters)
     grids = resolve_tune(tune, method, estimator.user_keys(hyperparameters))
+    if mode != "dr" and ("lam1_plugin" in hyperparameters or "lam1_plugin" in grids and isinstance(tune, dict)):
+        raise ParameterError(f"`lam1_plugin` is the doubly robust plug-in part's penalty; mode={mode!r} has one "
+                             "second-stage penalty, `lam1`")
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)

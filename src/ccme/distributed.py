@@ -64,15 +64,14 @@ from threadpoolctl import ThreadpoolController
 
 from . import _backend
 from .errors import NotFittedError, ParameterError
-from .estimators.base import (FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, doubly_robust_split,
+from .estimators.base import (FirstStageInfluence, FoldArm, LinearSecondStage, Parameters, PseudoOutcomeFold,
                               project_atoms)
 from .estimators.forest_first_stage import first_stage_choices
 from .estimators.lowrank import NystromArm, _ROUNDS, _ROWS, STORAGE, LowRankFoldArm, NystromFeatures, _blocks, _times, worst_covered
 from .estimators.ridge import RidgeEstimator
 from .memory import check_allocation
-from .pseudo import pseudo_outcome
 
-__all__ = ["SUPPORTED_METHODS", "cluster_estimator", "check_dask_data", "DistributedRidgeEstimator",
+__all__ = ["SUPPORTED_METHODS", "cluster_estimator", "DistributedRidgeEstimator",
            "DistributedLowRankFold", "DistributedLowRankFoldArm"]
 
 #: The methods ``fit(client=...)`` runs on a cluster (the low-rank ridge path).
@@ -491,7 +490,7 @@ class _Stage:
     trace_error: float
 
 
-class DistributedLowRankFold(FoldFit):
+class DistributedLowRankFold(PseudoOutcomeFold):
     """One cross-fitting fold of the low-rank ridge CCME, its n × r work on the partitions (module docstring).
 
     Mirrors :class:`ccme.estimators.lowrank.LowRankFold` stage by stage (the
@@ -594,16 +593,8 @@ class DistributedLowRankFold(FoldFit):
             self._factors[(key, shift)] = _shifted_chol(stage.gram, shift)
         return self._factors[(key, shift)]
 
-    def arm(self, arm: int) -> FoldArm:
-        """Build arm ``arm``'s fold-arm (as :meth:`ccme.estimators.lowrank.LowRankFold.arm`, on the partitions)."""
-        data = self.data
-        pseudo = pseudo_outcome(data.mode, arm, A=data.design.A, target=self.fold.target,
-                                scores_target=data.scores[self.fold.target])
-        try:
-            return doubly_robust_split(lambda part, lam: self._arm(arm, part, lam), pseudo, self.lam1[arm],
-                                       self.lam1_plugin.get(arm))
-        finally:
-            self._first_stage.pop(arm, None)  # Ψ₀ is kept only while the arm's terms are built
+    def release(self, arm: int) -> None:
+        self._first_stage.pop(arm, None)  # Ψ₀ is kept only while the arm's terms are built
 
     def _first_stage_of(self, arm: int, rows0) -> tuple:
         """(stage, factor of Ψ₀ᵀΨ₀ + s₀I, s₀) of ``arm``'s first stage, formed once per :meth:`arm`."""
@@ -613,7 +604,8 @@ class DistributedLowRankFold(FoldFit):
             self._first_stage[arm] = (first, _shifted_chol(first.gram, shift0), shift0)
         return self._first_stage[arm]
 
-    def _arm(self, arm: int, pseudo, lam: float) -> "DistributedLowRankFoldArm":
+    def build_arm(self, arm: int, pseudo, lam: float) -> "DistributedLowRankFoldArm":
+        """As :meth:`ccme.estimators.lowrank.LowRankFold.build_arm`, on the partitions."""
         data, fold, client, layout = self.data, self.fold, self.client, self.layout
         design, Xo = data.design, data.Xo
         A, Y = design.A, design.Y

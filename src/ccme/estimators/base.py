@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import ParameterError
 
 __all__ = ["Estimator", "Parameters", "CrossFitData", "FoldFit", "FoldArm", "LinearSecondStage", "FirstStageInfluence",
-           "SplitSecondStage", "linear_terms", "doubly_robust_split",
+           "SplitSecondStage", "PseudoOutcomeFold", "linear_terms", "doubly_robust_split",
            "Tuned", "TwoStageAtoms", "resolve_options", "FactoredArm", "contract_factored", "project_atoms"]
 
 
@@ -517,6 +517,38 @@ class FoldFit(ABC):
     @abstractmethod
     def arm(self, arm: int) -> FoldArm:
         """Build (or return the already built) fold-arm of ``arm``."""
+
+
+class PseudoOutcomeFold(FoldFit):
+    """A fold whose fold-arms regress one pseudo-outcome on V with one penalty (the ridge paths).
+
+    :meth:`arm` builds the arm's pseudo-outcome (:func:`ccme.pseudo.pseudo_outcome`)
+    and hands :meth:`build_arm` to :func:`doubly_robust_split`, so that every
+    path (exact, forest first stage, low-rank, Dask) splits the doubly robust
+    fold-arm the same way.  Subclasses set ``data``, ``fold``, ``lam1`` and
+    ``lam1_plugin`` ({} outside the doubly robust mode) and implement
+    :meth:`build_arm`; :meth:`release` drops what the arm's terms shared
+    while they were built (nothing by default).
+    """
+
+    def arm(self, arm: int) -> FoldArm:
+        """Build arm ``arm``'s fold-arm: split when the doubly robust plug-in penalty λ₁ᵖ differs from λ₁."""
+        from ..pseudo import pseudo_outcome
+
+        data, target = self.data, self.fold.target
+        pseudo = pseudo_outcome(data.mode, arm, A=data.design.A, target=target, scores_target=data.scores[target])
+        try:
+            return doubly_robust_split(lambda part, lam: self.build_arm(arm, part, lam), pseudo, self.lam1[arm],
+                                       self.lam1_plugin.get(arm))
+        finally:
+            self.release(arm)
+
+    @abstractmethod
+    def build_arm(self, arm: int, pseudo, lam: float) -> FoldArm:
+        """The fold-arm of ``pseudo`` (of arm ``arm``) with the second-stage penalty ``lam``."""
+
+    def release(self, arm: int) -> None:
+        """Drop what :meth:`build_arm` kept for the terms of ``arm`` (called once the arm is built)."""
 
 
 class Estimator(ABC):

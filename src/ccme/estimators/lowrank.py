@@ -71,9 +71,9 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel
 from ..memory import check_allocation
-from ..pseudo import PseudoOutcome, pseudo_outcome
-from .base import (FirstStageInfluence, FoldArm, FoldFit, LinearSecondStage, Parameters, TwoStageAtoms,
-                   doubly_robust_split, project_atoms)
+from ..pseudo import PseudoOutcome
+from .base import (FirstStageInfluence, FoldArm, LinearSecondStage, Parameters, PseudoOutcomeFold, TwoStageAtoms,
+                   project_atoms)
 
 __all__ = ["STORAGE", "NystromFeatures", "NystromArm", "LowRankFold", "LowRankFoldArm", "LOWRANK_DEFAULTS", "APPROX_THRESHOLD",
            "resolve_approx", "check_lowrank_settings"]
@@ -548,7 +548,7 @@ def _times(F: np.ndarray, h: np.ndarray) -> np.ndarray:
     return out
 
 
-class LowRankFold(FoldFit):
+class LowRankFold(PseudoOutcomeFold):
     """One cross-fitting fold of the low-rank ridge CCME (module docstring).
 
     The V-kernel's landmarks and features over the fold's second-stage units
@@ -592,17 +592,8 @@ class LowRankFold(FoldFit):
             self._factors[(key, shift)] = _gram_chol(Phi, shift, w)
         return self._factors[(key, shift)]
 
-    @_serial_blas
-    def arm(self, arm: int) -> FoldArm:
-        """Build arm ``arm``'s fold-arm; split in the doubly robust mode when λ₁ᵖ ≠ λ₁ (:func:`doubly_robust_split`)."""
-        data = self.data
-        pseudo = pseudo_outcome(data.mode, arm, A=data.design.A, target=self.fold.target,
-                                scores_target=data.scores[self.fold.target])
-        try:
-            return doubly_robust_split(lambda part, lam: self._arm(arm, part, lam), pseudo, self.lam1[arm],
-                                       self.lam1_plugin.get(arm))
-        finally:
-            self._first_stage.pop(arm, None)  # the X features (m × r) are kept only while the arm's terms are built
+    def release(self, arm: int) -> None:
+        self._first_stage.pop(arm, None)  # the X features (m × r) are kept only while the arm's terms are built
 
     def _first_stage_of(self, arm: int, X0, w0):
         """(φ_X, Ψ₀, factor of Ψ₀ᵀWΨ₀ + s₀I, s₀) of ``arm``'s first stage, formed once per :meth:`arm`."""
@@ -614,7 +605,7 @@ class LowRankFold(FoldFit):
         return self._first_stage[arm]
 
     @_serial_blas
-    def _arm(self, arm: int, pseudo, lam: float) -> LowRankFoldArm:
+    def build_arm(self, arm: int, pseudo, lam: float) -> LowRankFoldArm:
         data, fold = self.data, self.fold
         design, Xo = data.design, data.Xo
         A, Y = design.A, design.Y

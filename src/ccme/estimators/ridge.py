@@ -25,9 +25,9 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel, design_groups, resolve_kernel
 from ..memory import check_allocation
-from ..pseudo import MODES, PseudoOutcome, pseudo_outcome, uses_first_stage
-from .base import (CrossFitData, Estimator, FoldArm, FoldFit, LinearSecondStage, Parameters, SplitSecondStage, Tuned,
-                   TwoStageAtoms, doubly_robust_split, per_arm)
+from ..pseudo import MODES, PseudoOutcome, uses_first_stage
+from .base import (CrossFitData, Estimator, FoldArm, LinearSecondStage, Parameters, PseudoOutcomeFold,
+                   SplitSecondStage, Tuned, TwoStageAtoms, per_arm)
 from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
 from .lowrank import LOWRANK_DEFAULTS, LowRankFold, check_lowrank_settings, resolve_approx
 
@@ -199,7 +199,7 @@ class RidgeFoldArm(TwoStageAtoms, FoldArm, LinearSecondStage):
         return FirstStageInfluence(units=self.atom_units[len(self.Y1):], weights=weights, residuals=residuals)
 
 
-class RidgeFold(FoldFit):
+class RidgeFold(PseudoOutcomeFold):
     """One cross-fitting fold of the ridge CCME (Algorithm "Kernel Ridge Regression Estimator").
 
     The second-stage factor of K_V + nλ₁I over D1, shared by both arms, is
@@ -239,19 +239,6 @@ class RidgeFold(FoldFit):
                                                       "the second-stage Cholesky factor of K_V + nλ₁I")
         return self._second_stage[lam]
 
-    def arm(self, arm: int) -> FoldArm:
-        """Build arm ``arm``'s estimator on this fold (the pseudo-outcome table of :mod:`ccme.pseudo`).
-
-        In the doubly robust mode with a plug-in penalty λ₁ᵖ (``lam1_plugin``)
-        other than λ₁, the :class:`~ccme.estimators.base.SplitSecondStage` of
-        two fold-arms that share the first stage.
-        """
-        data = self.data
-        pseudo = pseudo_outcome(data.mode, arm, A=data.design.A, target=self.fold.target,
-                                scores_target=data.scores[self.fold.target])
-        return doubly_robust_split(lambda part, lam: self._arm(arm, part, lam), pseudo, self.lam1[arm],
-                                   self.lam1_plugin.get(arm))
-
     def _first_stage_factor(self, arm: int, rows0: np.ndarray):
         # one factor of K_X0 + mλ₀I per arm, shared by the terms of a split fold-arm
         if arm not in self._first_stage:
@@ -260,8 +247,8 @@ class RidgeFold(FoldFit):
                                                      "the first-stage Cholesky factor of K_X0 + mλ₀I")
         return self._first_stage[arm]
 
-    def _arm(self, arm: int, pseudo, lam: float) -> RidgeFoldArm:
-        """The fold-arm of ``pseudo`` with the second-stage penalty ``lam``."""
+    def build_arm(self, arm: int, pseudo, lam: float) -> RidgeFoldArm:
+        """The fold-arm of ``pseudo`` with the second-stage penalty ``lam`` (:class:`PseudoOutcomeFold`)."""
         data, fold = self.data, self.fold
         design, Xo = data.design, data.Xo
         V, Y, A = design.V, design.Y, design.A
