@@ -30,10 +30,12 @@ truth's ±4 sd box, for both arms:
   and upper expected shortfalls at α = 0.1 (and the QTEs and shortfalls of
   the smoothed laws; closed forms for Gaussian mixtures).
 
-The effect intervals' lines in ``results/coverage.jsonl`` predate the CDF's
-own read-out kernel (8e6ba50); their coverage since is measured by
-``distribution_readout.py --factors fit`` on the same data sets (the bands
-of densities did not change).
+``results/coverage.jsonl`` holds the study with the doubly robust second
+stage in two parts (be74c08; 100 data sets per case at n = 2000, 50 at
+n = 10000) and the CDF's own read-out kernel.  ``coverage_one_penalty.jsonl``
+holds the study before the split, whose effect lines also predate the CDF's
+read-out kernel (8e6ba50; their coverage with it was measured by
+``distribution_readout.py --factors fit`` on the same data sets).
 
 The order of the bias reduction (``ccme.bootstrap.BAND_ORDER``) and the
 simultaneous floor were chosen on the ``paper`` case at n = 2000 (the zoo's
