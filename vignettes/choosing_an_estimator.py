@@ -91,8 +91,8 @@ fig.tight_layout()
 # ## Reading the results
 #
 # On this simulation, with the defaults, the error of every estimator falls
-# with n.  Ridge is the most accurate at every n (ISE 0.0094 at n = 500,
-# 0.0030 at n = 4000), Deep Feature second (0.0113 to 0.0036, 1.2 to 1.5
+# with n.  Ridge is the most accurate at every n (ISE 0.0100 at n = 500,
+# 0.0031 at n = 4000), Deep Feature second (0.0113 to 0.0036, 1.1 to 1.5
 # times ridge's error); Neural-Kernel is the least accurate at every n here
 # (0.0147 to 0.0044; it has no ridge penalty, and the neural estimators add the
 # randomness of initialisation and early stopping, as the paper's Section

@@ -83,7 +83,7 @@ print(res.summary())
 
 # %% [markdown]
 # The summary's effect block already hints at the answer: quitting shifts
-# weight change by 3.4 to 3.8 kg at each of its three ages, reducing by
+# weight change by 3.3 to 3.8 kg at each of its three ages, reducing by
 # nothing that the MMD test can tell from zero.
 #
 # ## Overlap
@@ -141,12 +141,12 @@ per_arm(res).unstack("arm").round(2)
 
 # %% [markdown]
 # The mean weight change falls with age under each arm (older smokers gain
-# less: from 2.9 kg at 30 to 0.4 kg at 60 had they all continued) and the
+# less: from 3.4 kg at 30 to −0.3 kg at 60 had they all continued) and the
 # ordering of the arms is the same at every age: continued and reduced
-# within 0.2 kg of each other, quit 3.3 to 3.9 kg higher.  Quitting also
-# multiplies the chance of gaining more than 10 kg by 2.5 to 3.9 (0.24-0.29
-# against 0.06-0.12) and moves the mean of the top 10% of gains from 11-17 kg
-# to 22 kg.  The effect table, every level against the reference, with 95%
+# within 0.6 kg of each other, quit 3.2 to 3.8 kg higher.  Quitting also
+# multiplies the chance of gaining more than 10 kg by 2.3 to 5.5 (0.22-0.30
+# against 0.04-0.13) and moves the mean of the top 10% of gains from 9-18 kg
+# to 21-22 kg.  The effect table, every level against the reference, with 95%
 # bootstrap intervals:
 
 # %%
@@ -158,12 +158,12 @@ eff[keep].pivot(index=["contrast", "profile"], columns="term", values=["estimate
 
 # %% [markdown]
 # Quit against continued: every interval of the mean difference excludes
-# zero, and the quantile effects grow from under 2 kg at the 10th
-# percentile (intervals that include zero) through 2.6-2.9 kg at the median
-# to 6.4-9.2 kg at the 90th — the same spreading of the distribution as in
+# zero, and the quantile effects grow from about 2 kg at the 10th
+# percentile (intervals that include zero) through 2.5-2.8 kg at the median
+# to 6.1-9.5 kg at the 90th — the same spreading of the distribution as in
 # the two-arm analysis.  Reduced against continued: the mean and median
-# differences are within half a kilogram of zero, with intervals reaching
-# 0.4 to 1.9 kg below zero and 1.1 to 2.4 kg above it.  The curves over all
+# differences are within a kilogram of zero, with intervals reaching
+# 0.5 to 1.9 kg below zero and 1.1 to 2.4 kg above it.  The curves over all
 # quantile levels:
 
 # %%
@@ -177,19 +177,20 @@ for ax, pair in zip(axes, [("quit", "continued"), ("reduced", "continued")]):
 
 # %% [markdown]
 # The only hint of a difference between reducing and continuing is in the
-# lower tail: the reducers' 10% quantile is about 1.5 kg lower (3 to 4 kg
-# at the 5% level), that is, more reducers *lost* weight.  The bands include
-# zero at the 10% level; at the 5% level, the plot's lowest, they just
-# exclude it at ages 45 and 60 (upper ends −0.7 and −0.5 kg), but these are
-# pointwise bands over 37 levels and three ages, and the lowest quantiles
-# are the least stable.  A test of the whole distribution at the three ages:
+# lower tail: the reducers' 10% quantile is 0.9 to 2.5 kg lower (1.5 to
+# 3.9 kg at the 5% level), that is, more reducers *lost* weight.  The bands
+# include zero at the 10% level; at the 5% level, the plot's lowest, they
+# exclude it at ages 45 and 60 (upper ends −0.8 and −1.7 kg), and at age 30
+# a stretch of levels above the median (0.55 to 0.675) sits just above
+# zero; but these are pointwise bands over 37 levels and three ages, and the
+# lowest quantiles are the least stable.  A test of the whole distribution at the three ages:
 
 # %%
 res.test_effect(newdata=ages, arms=("reduced", "continued"), n_boot=N_BOOT, seed=1)
 
 # %% [markdown]
 # No evidence against p(Y^reduced | age) = p(Y^continued | age) at the
-# three ages (p = 0.76).  So in these data the "dose" does not act
+# three ages (p = 0.36).  So in these data the "dose" does not act
 # gradually: cutting down by some 40% does not move weight change; stopping
 # does.
 #
@@ -252,8 +253,8 @@ compare[["mean", "P(> 10 kg)", "ES+ 10%"]].round(2)
 # %% [markdown]
 # One draw is one draw.  In this one the weighted means of "continued" and
 # "reduced" are closer to the population's than the unweighted ones at ages
-# 30 and 45 (the unweighted ones are 1.0 to 2.1 kg too low), but both fits
-# put the quitters' mean 1.1 to 2.7 kg too low and the mean of their top
+# 30 and 45 (the unweighted ones are 1.0 to 2.2 kg too low), but both fits
+# put the quitters' mean 0.9 to 2.5 kg too low and the mean of their top
 # 10% 2 to 4 kg too low: the quitters of this sample happen to have gained
 # less, and weighting cannot repair that.  The densities at age 45 (the
 # weighted "continued" curve is the wiggliest: cross-validation chose a
@@ -345,29 +346,29 @@ pd.concat([signed, effects])[["unweighted", "weighted"]].round(2)
 # What this shows, and what it does not:
 #
 # - **Ignoring the design biases the arms' distributions.**  The unweighted
-#   fit's means are too low in every arm, by 0.64 to 0.95 kg on average: the
+#   fit's means are too low in every arm, by 0.56 to 0.90 kg on average: the
 #   sample is heavier than the population, and heavier smokers gain less.
-#   The weighted fit's average signed errors are −0.41 to +0.15 kg, which ten
+#   The weighted fit's average signed errors are −0.40 to +0.18 kg, which ten
 #   draws cannot tell from zero.  Over the whole distribution (the
-#   Wasserstein distance: 1.03 against 1.28 kg) the weighted fit is about 20%
-#   closer to the population fit, and closer in 9 of the 10 draws.
+#   Wasserstein distance: 1.06 against 1.35 kg) the weighted fit is about 20%
+#   closer to the population fit, and closer in all 10 draws.
 # - **Weighting costs variance.**  The weights cut the effective sample size,
 #   so a single weighted fit can miss by as much as an unweighted one (the
 #   first draw above), and the weighted fit does not win every draw.  The
-#   probability of a gain above 10 kg is estimated equally well by both
-#   (0.024 and 0.026 off on average): in these data baseline weight moves
+#   probability of a gain above 10 kg is estimated about equally well by both
+#   (0.025 and 0.029 off on average): in these data baseline weight moves
 #   the centre of the distribution more than its upper tail (heavier smokers
 #   gain less on average but vary more); the mean of the top 10% is a little
-#   better weighted (1.57 against 1.79 kg).
+#   better weighted (1.77 against 1.94 kg).
 # - **The effects do not need the weights here.**  Selection on baseline
 #   weight lowers all three arms by similar amounts, so the bias mostly
 #   cancels in the differences between arms (the signed errors of the
-#   quit − continued mean effect average −0.29 kg unweighted and −0.31 kg
+#   quit − continued mean effect average −0.30 kg unweighted and −0.36 kg
 #   weighted), and what is left is variance, where the unweighted fit wins:
-#   its quit − continued effect is 0.57 kg off on average against 0.91 kg
-#   weighted (the weighted fit closer in only 3 of the 10 draws), the
+#   its quit − continued effect is 0.53 kg off on average against 0.89 kg
+#   weighted (the weighted fit closer in only 2 of the 10 draws), the
 #   quitters being the arm whose effective size the weights cut most.  For
-#   reduced − continued the two are about equally close (0.70 and 0.63 kg).
+#   reduced − continued the two are about equally close (0.69 and 0.62 kg).
 #   That is a property of this design, not a rule: a sample selected on
 #   something that *modifies* the effect would bias the effects too.
 # - **Ten draws are a small Monte Carlo.**  Differences of a tenth of a

@@ -168,10 +168,10 @@ for name, t, e in zip(PAPER_PROFILES.index, true_cate, estimated):
     print(f"{name}: true mean difference {t:.2f}, estimated {e:.2f}")
 
 # %% [markdown]
-# At v1 the mean difference is close to the truth (5.93 against 6.24); at v2
-# it is 2.5 units too small (3.24 against 5.76).  At the summary's V-quantile
-# profiles the estimates (4.22, 5.44, 6.34) fall short of the true values
-# (5.01, 5.93, 6.89) by 0.5 to 0.8.
+# At v1 the mean difference is about one unit too small (5.28 against 6.24);
+# at v2 it is 2.8 units too small (2.98 against 5.76).  At the summary's
+# V-quantile profiles the estimates (4.12, 5.35, 6.49) fall short of the true
+# values (5.01, 5.93, 6.89) by 0.4 to 0.9.
 #
 # Quantile effects differ along the distribution.  The exact densities give
 # the true quantiles (the CDF by quadrature on a fine grid); next to the
@@ -196,13 +196,13 @@ qte.round(2)
 # close to one half, the true median falls in the valley between the two
 # modes of each arm, and the median QTE (8.89) is half as large again as the
 # mean difference (5.76), while at the lower quartile it is 5.65.  The
-# estimates are within about one unit of the truth except at the two
-# quantiles that sit in a valley — the lower quartile at v1, where the lower
-# component has probability 0.25 (8.77 against 4.05), and the median at v2
-# (5.67 against 8.89): there few units fall, and a small error in the mass
-# of a mode moves the quantile across the valley.  Their 95% intervals
-# (`conf_low`, `conf_high` in `eff`) are among the widest of the table (27
-# and 22 units, against about 8 at the 0.9 level).  The quantiles
+# estimates are within about 1.5 units of the truth except at the median at
+# v2, which sits in the valley (6.55 against 8.89): there few units fall, and
+# a small error in the mass of a mode moves the quantile across the valley.
+# The quantiles in or next to a valley have the widest 95% intervals
+# (`conf_low`, `conf_high` in `eff`) of the table: 23 units at v2's median
+# and 27 at v1's lower quartile, where the lower component has probability
+# 0.25, against about 8 at the 0.9 level.  The quantiles
 # are read off the CDF, which the fit reads out with a kernel narrower than
 # the density's (`res.embedding(arm).cdf_kernel`, listed in the summary): a
 # CDF needs no smoothing, and the density's bandwidth would move quantiles

@@ -171,7 +171,7 @@ replicates.assign(relative=replicates["ise"] / replicates["truth_l2"]).groupby("
 # true density, so 0.1 means an error a tenth the size of the density
 # itself.  The treated arm's density, narrow and smoothed by the outcome
 # bandwidth, is estimated less well (median relative error 0.042, at most
-# 0.081) than the control arm's (0.013, at most 0.041).  The error varies
+# 0.081) than the control arm's (0.012, at most 0.040).  The error varies
 # with the replicate: some draws of β make μ₀
 # extremely skewed (a few children with very large control outcomes), and a
 # kernel estimate with one bandwidth cannot follow both the narrow bulk and

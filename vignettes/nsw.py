@@ -181,7 +181,7 @@ test = res.test_effect(newdata=profiles, n_boot=99 if SMALL else 999, seed=1)
 test
 
 # %% [markdown]
-# No: the global p-value is 0.16 (and 0.15 at each of the summary's
+# No: the global p-value is 0.14 (and 0.13 at each of the summary's
 # profiles), so with 445 men the two distributions cannot be told apart at
 # conventional levels, even with every man contributing to every profile.
 # This is the honest reading of a small experiment: the distributional
