@@ -8,6 +8,7 @@ low-rank path, the bootstrap's linear terms, memory and bad input.
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import ccme
@@ -151,3 +152,24 @@ def test_save_and_load_keep_the_split(tuned, tmp_path):
 def test_plugin_penalty_outside_the_doubly_robust_mode_is_refused(data, kwargs):
     with pytest.raises(ccme.ParameterError, match="doubly robust plug-in part"):
         _fit(data, **kwargs)
+
+
+def test_a_fold_without_the_arms_units_is_its_plugin_part():
+    """Found by tests/test_properties.py: a fold whose second stage has no treated unit has no correction."""
+    y = [-0.11, 0.62, 3.04, 1.65, 0.66, -0.51, -1.65, 0.17, 0.11, -1.23, -0.68, 0.93, 0.06, -0.10, 0.10, 1.04]
+    a = [1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1]
+    v = [0.35, 0.82, 0.33, -1.30, 0.91, 0.45, -0.54, 0.58, 0.36, 0.29, 0.03, 0.55, -0.74, -0.16, -0.48, 0.60]
+    frame = pd.DataFrame({"y": y, "a": a, "v0": v})
+    res = _fit_frame(frame)
+    parts = res.embedding(1).parts
+    lone = [p for p in parts if not isinstance(p, SplitSecondStage)]
+    assert lone and all(not np.any(p.pseudo.a) and np.all(p.pseudo.b == 1) for p in lone)
+    assert lone[0].shift == pytest.approx(len(lone[0].units) * res.penalties["lam1_plugin"][1], rel=1e-9)
+    grid = res.default_grid(50)
+    assert np.isfinite(res.density(grid, newdata=res.profiles(), arm=1, normalize=False)).all()
+
+
+def _fit_frame(frame):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ccme.fit("y ~ a | v0", frame, mode="dr", folds=3, propensity="logistic", seed=16, tune="auto")

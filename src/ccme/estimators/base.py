@@ -508,6 +508,9 @@ def doubly_robust_split(build, pseudo, lam1: float, lam1_plugin: float | None) -
     from ..pseudo import split_doubly_robust
 
     correction, plugin = split_doubly_robust(pseudo)
+    if not np.any(correction.a):
+        # No unit of the arm in this fold's second stage: the correction is zero, the estimate its plug-in part.
+        return build(plugin, lam1_plugin)
     return SplitSecondStage(correction=build(correction, lam1), plugin=build(plugin, lam1_plugin))
 
 
