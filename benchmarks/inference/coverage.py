@@ -31,8 +31,8 @@ truth's ±4 sd box, for both arms:
   the smoothed laws; closed forms for Gaussian mixtures).
 
 ``results/coverage.jsonl`` holds the study with the doubly robust second
-stage in two parts (be74c08; 100 data sets per case at n = 2000, 50 at
-n = 10000) and the CDF's own read-out kernel.  ``coverage_one_penalty.jsonl``
+stage in two parts (be74c08; 100 data sets per case at n = 2000; at n = 10000
+100 for hetero_v2, 50 for the others) and the CDF's own read-out kernel.  ``coverage_one_penalty.jsonl``
 holds the study before the split, whose effect lines also predate the CDF's
 read-out kernel (8e6ba50; their coverage with it was measured by
 ``distribution_readout.py --factors fit`` on the same data sets).
