@@ -18,7 +18,6 @@ the CDF's kernel.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -34,7 +33,7 @@ if str(ROOT) not in sys.path:
 import ccme  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
-from benchmarks.inference.coverage import LEVEL, _commit, smoothed, study_points  # noqa: E402
+from benchmarks.inference.coverage import LEVEL, _commit, smoothed, study_parser, study_points  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "inference" / "results" / "cdf_band_coverage.jsonl"
 
@@ -80,13 +79,7 @@ def summarise(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default="paper,hetero_v2,linear_v1")
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--reps", type=int, default=100, help="data sets r < reps (seeds r)")
-    parser.add_argument("--first", type=int, default=0, help="the first data set r (shards)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--summarise", action="store_true", help="print the table of what --out holds")
+    parser = study_parser(__doc__, OUT)
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out))

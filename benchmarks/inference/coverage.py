@@ -229,16 +229,22 @@ def summarise(out: Path) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default="paper,hetero_v2,linear_v1")
+def study_parser(doc: str, out: Path, cases: str = "paper,hetero_v2,linear_v1", reps: int = 100):
+    """The arguments every inference study shares: cases, n, the data sets' range (shards), --out, --summarise."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=cases)
     parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--reps", type=int, default=100, help="data sets r < reps (seeds r)")
+    parser.add_argument("--reps", type=int, default=reps, help="data sets r < reps (seeds r)")
     parser.add_argument("--first", type=int, default=0,
                         help="the first data set r (shards of one study run disjoint ranges into their own --out)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--n-rep", type=int, default=1, help="repeated cross-fitting: fit(n_rep=...)")
+    parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--summarise", action="store_true", help="print the table of what --out holds")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = study_parser(__doc__, OUT)
+    parser.add_argument("--n-rep", type=int, default=1, help="repeated cross-fitting: fit(n_rep=...)")
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out))

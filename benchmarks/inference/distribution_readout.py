@@ -28,7 +28,6 @@ that was chosen on data (the density's tuned bandwidth, the CDF's rate).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -46,7 +45,8 @@ import ccme  # noqa: E402
 from ccme.kernels import Kernel  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
-from benchmarks.inference.coverage import ALPHA, LEVEL, Q, _commit, _means, quantiles, shortfalls  # noqa: E402
+from benchmarks.inference.coverage import (ALPHA, LEVEL, Q, _commit, _means, quantiles, shortfalls,  # noqa: E402
+                                          study_parser)
 
 OUT = ROOT / "benchmarks" / "inference" / "results" / "distribution_readout.jsonl"
 
@@ -112,15 +112,9 @@ def summarise(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default="paper,mixture_v3")
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--first", type=int, default=0)
+    parser = study_parser(__doc__, OUT, cases="paper,mixture_v3", reps=20)
     parser.add_argument("--factors", default="fit,0.5,0.25,0.1",
                         help="read-out bandwidth factors; 'fit' is the fit as it is")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out))
