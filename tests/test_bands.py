@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import ccme
+from ccme.bootstrap import SD_FLOOR
 from ccme.datasets import PAPER_PROFILES, paper_simulation
 from ccme.errors import DataError, ParameterError
 
@@ -56,20 +57,27 @@ def test_band_construction(res, feature):
     np.testing.assert_array_equal(b.upper, again.upper)
 
 
-def _twin_parts(res, arm, V, y, feature, order):
-    """Numpy twin of the bias-reduced estimate's pieces: per fold-arm β_m(v), P, and the first-stage influence."""
+def _twin_parts(res, arm, V, y, feature, order, v_factor=1.0, penalty_factor=1.0):
+    """Numpy twin of the bias-reduced estimate's pieces: per fold-arm β_m(v), P, and the first-stage influence.
+
+    ``v_factor``, ``penalty_factor``: the second stage refitted with the V
+    bandwidths and nλ₁ scaled (the simultaneous bands' undersmoothing).
+    """
     from twins import atom_features, gram
 
     out = []
     parts = res.embedding(arm).parts
     for part in parts:
         vk, xk, yk = part.v_kernel, part.x_kernel, res.embedding(arm).readout_kernel(feature)
-        K = gram(part.V1, part.V1, vk.name, vk.bandwidth_array)
-        A = K + part.shift * np.eye(len(K))
-        beta = np.linalg.solve(A, gram(part.V1, V, vk.name, vk.bandwidth_array)) / len(parts)
+        v_bw = vk.bandwidth_array * v_factor
+        assert part.jitter["V"] == 0.0  # so that the shift is nλ₁
+        shift = part.shift * penalty_factor
+        K = gram(part.V1, part.V1, vk.name, v_bw)
+        A = K + shift * np.eye(len(K))
+        beta = np.linalg.solve(A, gram(part.V1, V, vk.name, v_bw)) / len(parts)
         total, term = beta.copy(), beta.copy()
         for _ in range(order - 1):  # iterated Tikhonov: β_m = Σ_{j<m} (s (K + sI)⁻¹)^j β
-            term = part.shift * np.linalg.solve(A, term)
+            term = shift * np.linalg.solve(A, term)
             total += term
         K0 = gram(part.X0, part.X0, xk.name, xk.bandwidth_array)
         s0 = part.L_X0[0, 0] ** 2 - 1.0
@@ -84,8 +92,29 @@ def _twin_parts(res, arm, V, y, feature, order):
         Pm = part.a + part.b * S1
         out.append((part, total, P, Pm, W, s0 * np.linalg.solve(A0, F0),
                     # in-sample residuals of both stages, for the bootstrap's unit contributions
-                    part.shift * np.linalg.solve(A, np.column_stack([P, Pm])), s0 * np.linalg.solve(A0, np.ones(len(K0)))))
+                    shift * np.linalg.solve(A, np.column_stack([P, Pm])), s0 * np.linalg.solve(A0, np.ones(len(K0)))))
     return out
+
+
+def _twin_contributions(res, twin, e):
+    """Unit-mass estimate at V-point e and each unit's whole share u_i(y) of its bootstrap draw, from a twin."""
+    mass = sum(beta[:, e] @ Pm for _, beta, _, Pm, *_ in twin)
+    estimate = sum(beta[:, e] @ P for _, beta, P, *_ in twin) / mass
+    U, Um = np.zeros((res.n, twin[0][2].shape[1])), np.zeros(res.n)
+    for part, beta, _, _, W, E0, R, R0m in twin:
+        first = part.atom_units[len(part.Y1):]
+        U[part.units] += beta[:, e : e + 1] * R[:, :-1]
+        Um[part.units] += beta[:, e] * R[:, -1]
+        U[first] += W[:, e : e + 1] * E0
+        Um[first] += W[:, e] * R0m
+    return estimate, (U - estimate * Um[:, None]) / mass
+
+
+def _twin_scale(U):
+    """(sd, floored scale, Satterthwaite ν) of the bias-reduced bands from the units' shares U."""
+    variance = (U**2).sum(axis=0)
+    scale2 = variance + (SD_FLOOR * np.sqrt(variance.max())) ** 2
+    return np.sqrt(variance), np.sqrt(scale2), scale2**2 / (U**4).sum(axis=0)
 
 
 @pytest.mark.parametrize("feature", ["density", "cdf"])
@@ -119,40 +148,43 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
 
     u_i(y) is unit i's whole share of the bootstrap draw (second stage of its
     fold plus first stage of the other, one multiplier), delta-method
-    normalised by the mass; the twin builds it from dense algebra.
+    normalised by the mass; the twin builds it from dense algebra.  The
+    simultaneous band is the same construction on the second stage refitted
+    with the V bandwidths × n^(−1/7) and nλ₁ × 2/15, centred on that refit.
     """
     from scipy import stats
 
-    from ccme.bootstrap import BAND_ORDER, SD_FLOOR
+    from ccme.bootstrap import BAND_ORDER, SIMULTANEOUS_PENALTY, simultaneous_v_factor
 
     y = np.linspace(-5, 45, 40)
     level = 0.9
     b = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=199, seed=3)
     V = res._v(PAPER_PROFILES)
     twin = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER)
-    mass = sum(beta.T @ Pm for _, beta, _, Pm, *_ in twin)
+    factor = simultaneous_v_factor(res.n)
+    assert b.v_factor == factor == pytest.approx(600 ** (-1 / 7))
+    narrowed = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER, factor, SIMULTANEOUS_PENALTY)
     for e in range(len(V)):
-        U, Um = np.zeros((res.n, len(y))), np.zeros(res.n)
-        for part, beta, _, _, W, E0, R, R0m in twin:
-            first = part.atom_units[len(part.Y1):]
-            U[part.units] += beta[:, e : e + 1] * R[:, :-1]
-            Um[part.units] += beta[:, e] * R[:, -1]
-            U[first] += W[:, e : e + 1] * E0
-            Um[first] += W[:, e] * R0m
-        U = (U - b.estimate[e] * Um[:, None]) / mass[e]
-        variance = (U**2).sum(axis=0)
-        np.testing.assert_allclose(b.se[e], np.sqrt(variance), rtol=1e-6)
-        scale2 = variance + (SD_FLOOR * np.sqrt(variance.max())) ** 2
-        nu = scale2**2 / (U**4).sum(axis=0)
+        estimate, U = _twin_contributions(res, twin, e)
+        np.testing.assert_allclose(b.estimate[e], estimate, rtol=1e-7, atol=1e-10)
+        sd, scale, nu = _twin_scale(U)
+        np.testing.assert_allclose(b.se[e], sd, rtol=1e-6)
         np.testing.assert_allclose(b.df[e], nu, rtol=1e-6)
-        np.testing.assert_allclose(b.upper[e] - b.estimate[e], np.sqrt(scale2) * stats.t.ppf(0.95, nu), rtol=1e-6)
-        # the simultaneous band: one joint critical value on the normal scale, mapped through each point's t
-        z = stats.norm.ppf(stats.t.cdf((b.upper_simultaneous[e] - b.estimate[e]) / np.sqrt(scale2), nu))
+        np.testing.assert_allclose(b.upper[e] - b.estimate[e], scale * stats.t.ppf(0.95, nu), rtol=1e-6)
+        # the simultaneous band: the refit's centre; one joint critical value on the normal scale, mapped
+        # through each point's t
+        centre, U_s = _twin_contributions(res, narrowed, e)
+        np.testing.assert_allclose(b.estimate_simultaneous[e], centre, rtol=1e-6, atol=1e-9)
+        _, scale_s, nu_s = _twin_scale(U_s)
+        np.testing.assert_allclose(b.upper_simultaneous[e] - centre, centre - b.lower_simultaneous[e], rtol=1e-6)
+        z = stats.norm.ppf(stats.t.cdf((b.upper_simultaneous[e] - centre) / scale_s, nu_s))
         np.testing.assert_allclose(z, z[0], rtol=1e-6)
         assert z[0] > stats.norm.ppf(0.95)  # a sup over the grid: wider than pointwise
+        assert np.mean(scale_s) > np.mean(scale)  # less smoothing, more variance
     assert np.all(b.df >= 1) and b.df.min() < 30 < b.df.max()  # the tails rest on few units, the body on many
     plain = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=199, seed=3, target="regularised")
     assert np.all(np.isinf(plain.df)) and list(plain.to_frame().columns)[4] == "df"
+    assert plain.estimate_simultaneous is None and plain.v_factor == 1.0
 
 
 def test_satterthwaite_df():

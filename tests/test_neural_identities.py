@@ -219,4 +219,6 @@ def test_deep_feature_linear_second_stage_reproduces_the_estimate():
                                        rtol=1e-9, atol=1e-12)
         band = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, y=y[:, 0], n_boot=29)
         assert np.all(band.lower <= band.estimate) and np.all(band.estimate <= band.upper)
+        # ridge in learned features has no V kernel to undersmooth: one construction for both bands
+        assert band.v_factor == 1.0 and band.estimate_simultaneous is None
         assert 0 < res.test_effect(newdata=ccme.datasets.PAPER_PROFILES, n_boot=29).p_value <= 1

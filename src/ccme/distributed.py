@@ -821,6 +821,11 @@ class DistributedLowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
                                    weights=np.concatenate([w for w, _ in pieces]),
                                    residuals=np.concatenate([r for _, r in pieces]))
 
+    def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
+                      n_threads: int = 0) -> LowRankFoldArm:
+        """:meth:`LowRankFoldArm.undersmoothed` of :meth:`gather`'s local fold-arm (O(n r) traffic, on the client)."""
+        return self.gather().undersmoothed(factor, penalty_factor, V_units, n_threads)
+
     # -- to the client: a local fold-arm, save / load ------------------------
     def gather(self) -> LowRankFoldArm:
         """The same fold-arm with its arrays on the client: a :class:`LowRankFoldArm` (O(n r) traffic)."""

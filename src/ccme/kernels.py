@@ -61,7 +61,7 @@ share one outcome kernel so that their densities are comparable).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -235,6 +235,19 @@ class Kernel:
     @property
     def bandwidth_array(self) -> np.ndarray:
         return np.asarray(self.bandwidth, dtype=np.float64)
+
+    def narrowed(self, factor: float) -> "Kernel":
+        """The kernel with every bandwidth × ``factor`` (an ignored column, bandwidth inf, stays ignored).
+
+        Examples
+        --------
+        >>> Kernel("gaussian", (1.0, 2.0)).narrowed(0.5).bandwidth
+        (0.5, 1.0)
+        """
+        if not (isinstance(factor, (int, float)) and 0 < factor <= 1):
+            raise ParameterError(f"a kernel is narrowed by a factor in (0, 1]; got {factor!r}")
+        return replace(self, bandwidth=tuple(float(b) * float(factor) for b in self.bandwidth_array),
+                       rule=f"{self.rule}, narrowed x {float(factor):.3g}")
 
     def describe(self, names=None) -> str:
         values = self.bandwidth_array

@@ -350,6 +350,21 @@ class LinearSecondStage(ABC):
         """
         return self.residual_features(beta, n_threads)
 
+    def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
+                      n_threads: int = 0) -> "LinearSecondStage | None":
+        """This second stage refitted with the V bandwidths × ``factor`` and λ₁ × ``penalty_factor``; None if it cannot be.
+
+        The same units, pseudo-outcomes and first stage; only the smoothing
+        in V is less (both factors ≤ 1), so the smoothing bias is smaller and
+        the variance larger.  The simultaneous bands are computed from it
+        (:func:`ccme.bootstrap.bands`, :data:`ccme.bootstrap.SIMULTANEOUS_UNDERSMOOTHING`).
+        ``V_units`` holds the second-stage units' V (the design's rows
+        :attr:`units`), for an implementation that does not keep them.  The
+        default, None, is for a second stage without a V kernel (ridge in
+        learned features): the bands then keep one construction.
+        """
+        return None
+
     def first_stage_influence(self, beta: np.ndarray, points, feature: str, kernel,
                               n_threads: int = 0) -> "FirstStageInfluence | None":
         """The first stage's noise in Σ_i β_i(v) ξ̂_i, linearised; None: the bootstrap conditions on it.

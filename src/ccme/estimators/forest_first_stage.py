@@ -77,7 +77,8 @@ from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel
 from ..pseudo import PseudoOutcome, uses_first_stage
-from .base import FoldArm, LinearSecondStage, TwoStageAtoms, linear_terms, per_arm
+from .base import FoldArm, TwoStageAtoms, linear_terms, per_arm
+from .kernel_second_stage import KernelRidgeSecondStage
 
 __all__ = ["FIRST_STAGES", "FOREST_DEFAULTS", "ForestFirstStage", "ForestRidgeFoldArm", "check_first_stage",
            "check_forest_settings", "forest_weights", "grow_forest_first_stage", "select_first_stage",
@@ -319,7 +320,7 @@ def grow_forest_first_stage(X0, Y0, X_target, *, settings, seed: int, n_threads:
 # the fold-arm
 # ---------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, LinearSecondStage):
+class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
     """The ridge CCME of one arm on one fold with a forest-weights first stage (module docstring).
 
     Attributes
@@ -400,10 +401,6 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, LinearSecondStage):
             F0 = _backend.atom_features(self.Y0, points, feature, name, bw, n_threads)
             first = np.asarray(self.W @ F0)
         return self.pseudo.features(own, first)
-
-    def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
-        """(I − H) P = s (K_V + sI)⁻¹ P, H = K_V (K_V + sI)⁻¹ the second stage's hat matrix."""
-        return self.shift * _backend.cholesky_solve(self.L_V, P, n_threads)
 
     def contract(self, V_eval, points, feature, y_kernel: Kernel, out, scale: float, n_threads: int = 0):
         """``out += scale × β(V)ᵀ P`` with P the unit features, in the cheaper association order, in blocks.

@@ -491,6 +491,35 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         return FirstStageInfluence(units=self.atom_units[len(self.Y1):], weights=weights,
                                    residuals=F0 - Psi0 @ smoothed)
 
+    @_serial_blas
+    def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
+                      n_threads: int = 0) -> "LowRankFoldArm":
+        """This fold-arm with Nyström features of the V kernel at bandwidths × ``factor``, λ₁ × ``penalty_factor``.
+
+        The fold-arm keeps φ(V1), not V1, so the units' V comes in ``V_units``.
+        The landmarks are chosen afresh (a narrower kernel needs more of them)
+        to the fit's precision (the largest residual diagonal its features
+        reached, at most the default ``rank_tol``), with the default
+        ``landmark_pool``, at most max(default ``max_rank``, the fitted rank)
+        landmarks and a fixed seed; the first-stage loadings are recomputed
+        for the new features.
+        """
+        kernel = self.v_map.kernel.narrowed(factor)
+        s = LOWRANK_DEFAULTS
+        rank_tol = min(s["rank_tol"], max(self.v_map.residual, 1e-12))
+        v_map, Phi = NystromFeatures.select(V_units, kernel, rank_tol=rank_tol,
+                                            max_rank=max(s["max_rank"], self.v_map.rank), pool=s["landmark_pool"],
+                                            seed=0, n_threads=n_threads, dtype=STORAGE)
+        Phi = Phi.astype(STORAGE, copy=False)
+        loadings0 = np.zeros((0, Phi.shape[1]), dtype=STORAGE)
+        if self.x_map is not None:
+            Psi0 = self.x_map(self.X0, n_threads, STORAGE)
+            loadings0 = first_stage_loadings(Phi, self.x_map, self.X1, Psi0, self.chol0, self.pseudo.b, self.w1,
+                                             self.w0, n_threads)
+        shift = self.shift * penalty_factor
+        return replace(self, v_map=v_map, Phi=Phi, chol=_gram_chol(Phi, shift, self.w1), shift=shift, loadings0=loadings0,
+                       trace_error={**self.trace_error, "V": _trace_error(Phi)})
+
     # -- save / load --------------------------------------------------------
     STATE_SCHEMA = "ccme.LowRankFoldArm"
     #: Version 2 added the sampling weights ``w1``, ``w0`` (None without); version 1 is read as unweighted.
@@ -538,6 +567,23 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
                    Y1=state["Y1"], X1=state["X1"], x_map=x_map, loadings0=state["loadings0"], X0=state["X0"],
                    chol0=state["chol0"], shift0=float(state["shift0"]), Y0=state["Y0"],
                    atom_units=state["atom_units"], trace_error=dict(state["trace_error"]), w1=w1, w0=w0)
+
+
+def first_stage_loadings(Phi, x_map, X1, Psi0, chol0, b, w1=None, w0=None, n_threads: int = 0) -> np.ndarray:
+    """Ψ₀M, M = G₀⁻¹ Ψ₁ᵀ diag(b ∘ w₁) Φ (W₀Ψ₀M with weights): c₀(v) = Ψ₀M h(v) on the first-stage atoms.
+
+    Accumulated over blocks of units so that Ψ₁ = ψ(X1) (n × r₀) is never held
+    whole; stored as :data:`STORAGE`.
+    """
+    bw = b if w1 is None else b * w1
+    PtB = np.zeros((x_map.rank, Phi.shape[1]))
+    for s, B in _blocks(Phi):
+        PtB += x_map(X1[s:s + len(B)], n_threads).T @ (bw[s:s + len(B), None] * B)
+    M = cho_solve((chol0, True), PtB, check_finite=False)
+    loadings0 = np.empty((len(Psi0), Phi.shape[1]), dtype=STORAGE)
+    for s, B in _blocks(Psi0):
+        loadings0[s:s + len(B)] = B @ M if w0 is None else w0[s:s + len(B), None] * (B @ M)
+    return loadings0
 
 
 def _times(F: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -623,15 +669,7 @@ class LowRankFold(PseudoOutcomeFold):
             X0, X1 = Xo[rows0], Xo[rows]
             w0 = None if weights is None else np.ascontiguousarray(weights[rows0], dtype=np.float64)
             x_map, Psi0, chol0, shift0 = self._first_stage_of(arm, X0, w0)
-            # M = G0⁻¹ Ψ1ᵀ diag(b ∘ w) Φ, accumulated over blocks of units so that Ψ1 (n × r0) is never held whole.
-            bw = pseudo.b if w1 is None else pseudo.b * w1
-            PtB = np.zeros((x_map.rank, Phi.shape[1]))
-            for s, B in _blocks(Phi):
-                PtB += x_map(X1[s:s + len(B)], data.n_threads).T @ (bw[s:s + len(B), None] * B)
-            M = cho_solve((chol0, True), PtB, check_finite=False)
-            loadings0 = np.empty((len(rows0), Phi.shape[1]), dtype=STORAGE)
-            for s, B in _blocks(Psi0):
-                loadings0[s:s + len(B)] = B @ M if w0 is None else w0[s:s + len(B), None] * (B @ M)
+            loadings0 = first_stage_loadings(Phi, x_map, X1, Psi0, chol0, pseudo.b, w1, w0, data.n_threads)
             trace_error["X"] = _trace_error(Psi0)
             del Psi0
             Y0 = Y[rows0]

@@ -24,11 +24,11 @@ import numpy as np
 from .. import _backend
 from ..errors import ParameterError
 from ..kernels import Kernel, design_groups, resolve_kernel
-from ..memory import check_allocation
 from ..pseudo import MODES, PseudoOutcome, uses_first_stage
-from .base import (CrossFitData, Estimator, FoldArm, LinearSecondStage, Parameters, PseudoOutcomeFold,
-                   SplitSecondStage, Tuned, TwoStageAtoms, per_arm)
+from .base import (CrossFitData, Estimator, FoldArm, Parameters, PseudoOutcomeFold, SplitSecondStage, Tuned,
+                   TwoStageAtoms, per_arm)
 from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
+from .kernel_second_stage import KernelRidgeSecondStage, guarded_factor
 from .lowrank import LOWRANK_DEFAULTS, LowRankFold, check_lowrank_settings, resolve_approx
 
 __all__ = ["RidgeEstimator", "RidgeFold", "RidgeFoldArm", "MODES", "RIDGE_DEFAULTS", "apply_first_stage"]
@@ -54,7 +54,7 @@ def apply_first_stage(X1, X0, kernel: Kernel, solved: np.ndarray, n_threads: int
 
 
 @dataclass(frozen=True, eq=False)
-class RidgeFoldArm(TwoStageAtoms, FoldArm, LinearSecondStage):
+class RidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
     """The ridge CCME of one arm fitted on one cross-fitting fold.
 
     Attributes
@@ -175,10 +175,6 @@ class RidgeFoldArm(TwoStageAtoms, FoldArm, LinearSecondStage):
             first = apply_first_stage(self.X1, self.X0, self.x_kernel, solved, n_threads)
         return self.pseudo.features(own, first)
 
-    def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
-        """(I − H) P = s (K_V + sI)⁻¹ P, H = K_V (K_V + sI)⁻¹ the second stage's hat matrix."""
-        return self.shift * _backend.cholesky_solve(self.L_V, P, n_threads)
-
     def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0):
         """W(v) = (K_X0 + s₀I)⁻¹ K_X0X1 (b ∘ β(v)) and the residual features s₀ (K_X0 + s₀I)⁻¹ F(Y0).
 
@@ -234,7 +230,7 @@ class RidgeFold(PseudoOutcomeFold):
     def _factor_second_stage(self, lam):
         if lam not in self._second_stage:
             rows = self.fold.target
-            self._second_stage[lam] = _guarded_factor(self.data.design.V[rows], self.v_kernel, len(rows) * lam,
+            self._second_stage[lam] = guarded_factor(self.data.design.V[rows], self.v_kernel, len(rows) * lam,
                                                       self.data.n_threads,
                                                       "the second-stage Cholesky factor of K_V + nλ₁I")
         return self._second_stage[lam]
@@ -242,7 +238,7 @@ class RidgeFold(PseudoOutcomeFold):
     def _first_stage_factor(self, arm: int, rows0: np.ndarray):
         # one factor of K_X0 + mλ₀I per arm, shared by the terms of a split fold-arm
         if arm not in self._first_stage:
-            self._first_stage[arm] = _guarded_factor(self.data.Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm],
+            self._first_stage[arm] = guarded_factor(self.data.Xo[rows0], self.x_kernel, len(rows0) * self.lam0[arm],
                                                      self.data.n_threads,
                                                      "the first-stage Cholesky factor of K_X0 + mλ₀I")
         return self._first_stage[arm]
@@ -257,7 +253,7 @@ class RidgeFold(PseudoOutcomeFold):
         no_y = np.zeros((0, Y.shape[1]))
         shift = len(rows) * lam
         if data.mode == "onestep":
-            L_V, jit_v = _guarded_factor(V[rows], self.v_kernel, shift, data.n_threads,
+            L_V, jit_v = guarded_factor(V[rows], self.v_kernel, shift, data.n_threads,
                                          "the one-step Cholesky factor of K_V + nλ₁I")
         else:
             L_V, jit_v = self._factor_second_stage(lam)
@@ -280,13 +276,6 @@ class RidgeFold(PseudoOutcomeFold):
             Y0=Y0, x_kernel=self.x_kernel, shift=shift + jit_v, jitter=jitter,
             atom_units=np.concatenate([rows, rows0]),
         )
-
-
-def _guarded_factor(Z, kernel: Kernel, shift: float, n_threads: int, what: str):
-    """:func:`ccme._backend.kernel_ridge_factor` after checking that its n × n factor fits in memory."""
-    n = len(Z)
-    check_allocation(8.0 * n * n, f"{what} ({n} × {n})")
-    return _backend.kernel_ridge_factor(Z, kernel.name, kernel.bandwidth_array, shift, n_threads=n_threads)
 
 
 def factor_bytes(mode: str, A: np.ndarray, folds, second_stage_factors: int = 1) -> float:
