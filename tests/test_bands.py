@@ -57,11 +57,12 @@ def test_band_construction(res, feature):
     np.testing.assert_array_equal(b.upper, again.upper)
 
 
-def _twin_parts(res, arm, V, y, feature, order, v_factor=1.0, penalty_factor=1.0):
+def _twin_parts(res, arm, V, y, feature, order, v_factor=1.0, penalty_factor=1.0, leverage=0.0):
     """Numpy twin of the bias-reduced estimate's pieces: per fold-arm β_m(v), P, and the first-stage influence.
 
     ``v_factor``, ``penalty_factor``: the second stage refitted with the V
-    bandwidths and nλ₁ scaled (the simultaneous bands' undersmoothing).
+    bandwidths and nλ₁ scaled (the simultaneous bands' undersmoothing);
+    ``leverage``: its residuals divided by (1 − H_ii)^leverage.
     """
     from twins import atom_features, gram
 
@@ -90,9 +91,11 @@ def _twin_parts(res, arm, V, y, feature, order, v_factor=1.0, penalty_factor=1.0
         # the mass of ξ̂_i: a_i + b_i Σ_l S_il (μ̂₀'s weights need not sum to one)
         S1 = gram(part.X1, part.X0, xk.name, xk.bandwidth_array) @ np.linalg.solve(A0, np.ones(len(K0)))
         Pm = part.a + part.b * S1
+        H = K @ np.linalg.inv(A)
         out.append((part, total, P, Pm, W, s0 * np.linalg.solve(A0, F0),
                     # in-sample residuals of both stages, for the bootstrap's unit contributions
-                    shift * np.linalg.solve(A, np.column_stack([P, Pm])), s0 * np.linalg.solve(A0, np.ones(len(K0)))))
+                    (np.eye(len(K)) - H) @ np.column_stack([P, Pm]) / (1.0 - np.diag(H))[:, None] ** leverage,
+                    s0 * np.linalg.solve(A0, np.ones(len(K0)))))
     return out
 
 
@@ -150,11 +153,12 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
     fold plus first stage of the other, one multiplier), delta-method
     normalised by the mass; the twin builds it from dense algebra.  The
     simultaneous band is the same construction on the second stage refitted
-    with the V bandwidths × n^(−1/7) and nλ₁ × 2/15, centred on that refit.
+    with undersmoothed V bandwidths and nλ₁ × 2/15, centred on that refit,
+    with leave-one-out residuals e_i / (1 − H_ii).
     """
     from scipy import stats
 
-    from ccme.bootstrap import BAND_ORDER, SIMULTANEOUS_PENALTY, simultaneous_v_factor
+    from ccme.bootstrap import BAND_ORDER, LEVERAGE_CORRECTION, SIMULTANEOUS_PENALTY, simultaneous_v_factor
 
     y = np.linspace(-5, 45, 40)
     level = 0.9
@@ -162,8 +166,9 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
     V = res._v(PAPER_PROFILES)
     twin = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER)
     factor = simultaneous_v_factor(res.n)
-    assert b.v_factor == factor == pytest.approx(600 ** (-1 / 7))
-    narrowed = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER, factor, SIMULTANEOUS_PENALTY)
+    assert b.v_factor == factor < 1
+    assert LEVERAGE_CORRECTION == 1.0
+    narrowed = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER, factor, SIMULTANEOUS_PENALTY, leverage=1.0)
     for e in range(len(V)):
         estimate, U = _twin_contributions(res, twin, e)
         np.testing.assert_allclose(b.estimate[e], estimate, rtol=1e-7, atol=1e-10)

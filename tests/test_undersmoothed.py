@@ -102,8 +102,22 @@ def test_split_fold_arm_refits_both_terms(data):
 
 
 def test_the_undersmoothing_rule():
-    assert simultaneous_v_factor(2000) == pytest.approx(2000 ** (-1 / 7))
+    assert simultaneous_v_factor(2000) == pytest.approx(2000 ** (-1 / 11)) == pytest.approx(0.50, abs=0.01)
     assert simultaneous_v_factor(10000) < simultaneous_v_factor(2000) < 1
     assert Kernel("gaussian", (2.0, np.inf)).narrowed(0.25).bandwidth == (0.5, np.inf)
     with pytest.raises(ParameterError, match="narrowed by a factor"):
         Kernel("gaussian", (1.0,)).narrowed(1.5)
+
+
+def test_leverages_match_the_hat_matrix(data):
+    """H_ii of the exact second stage against diag(K (K + sI)⁻¹); the low-rank path at full rank against it."""
+    exact = _fit(data, approx="exact")
+    full = _fit(data, approx="lowrank", rank_tol=1e-12, max_rank=1000)
+    for e_part, l_part in zip(exact.embedding(1).parts, full.embedding(1).parts):
+        vk = e_part.v_kernel
+        K = twins.gram(e_part.V1, e_part.V1, vk.name, vk.bandwidth_array)
+        H = K @ np.linalg.inv(K + e_part.shift * np.eye(len(K)))
+        np.testing.assert_allclose(e_part.leverages(), np.diag(H), rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(l_part.leverages(), np.diag(H), rtol=0, atol=1e-5)
+        narrowed = e_part.undersmoothed(0.3, 0.1, None)
+        assert narrowed.leverages().mean() > e_part.leverages().mean()  # less smoothing: each unit weighs more

@@ -17,7 +17,18 @@ Probes (``--probes``, comma-separated):
                 outcome read-out bandwidth) a default fit chose on one other data set of the case (seed 99999): the
                 bootstrap conditions on the tuned values, and this removes their variability across data sets;
 - ``clip:C``    the fit redone with ``clip=C`` instead of the automatic clip (less clipping bias for C small);
+- ``sv:F``      the simultaneous bands' V bandwidths × F instead of ``bootstrap.simultaneous_v_factor(n)``
+                (``sv:1+sp:1``: the simultaneous band of the fit's own second stage, as before 558074c);
+- ``sp:P``      the simultaneous bands' λ₁ × P instead of ``bootstrap.SIMULTANEOUS_PENALTY``;
+- ``lev:K``     the simultaneous bands' residuals e_i / (1 − H_ii)^K instead of ``bootstrap.LEVERAGE_CORRECTION``
+                (0: in-sample residuals, 1: leave-one-out);
+- ``levpw:K``   the same for the pointwise bands (``bootstrap.LEVERAGE_POINTWISE``);
+- ``onepenalty`` the fit redone with one second-stage penalty in the doubly robust mode
+                (``ccme.tuning.PLUGIN_PENALTY_SEARCH = False``: no split of the plug-in part);
 - ``A+B``       probes combined (e.g. ``order:150+v:0.8``, ``ps:true+clip:0.005``).
+
+``v:F`` replaces the fold-arms the bootstrap reads, so the simultaneous bands'
+refit (``sv``, ``sp``) narrows the scaled second stage further.
 
 The ``v:F`` probe rebuilds each ridge fold-arm's second-stage factor with the
 scaled kernel (``dataclasses.replace`` on the fitted fold-arm); it is a probe
@@ -44,12 +55,15 @@ if str(ROOT) not in sys.path:
 
 import ccme  # noqa: E402
 import ccme.bootstrap as bootstrap  # noqa: E402
+import ccme.tuning as tuning  # noqa: E402
 from ccme import _backend  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
 from benchmarks.inference.coverage import LEVEL, smoothed, study_points  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: Probe kinds that refit the data set (the others change the bands of one fit).
+REFITS = ("ps", "fixed", "clip", "onepenalty")
 
 
 def _scaled_second_stage(factor: float):
@@ -88,6 +102,8 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
     v, y = study_points(case)
     tally = {p: {"pointwise": [], "simultaneous": [], "true": [], "width": []} for p in probes}
     original_parts, original_order = bootstrap._linear_parts, bootstrap.BAND_ORDER
+    original_factor, original_penalty = bootstrap.simultaneous_v_factor, bootstrap.SIMULTANEOUS_PENALTY
+    original_leverage = bootstrap.LEVERAGE_CORRECTION, bootstrap.LEVERAGE_POINTWISE
     fixed = _fixed_hyperparameters(case, n) if any("fixed" in probe.split("+") for probe in probes) else None
     for rep in range(reps):
         data, truth = case.simulate(n, rep)
@@ -95,21 +111,27 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # clipping notes and the like: this run measures
             for probe in ["default"] + probes:
-                refit = tuple(c for c in probe.split("+") if c.partition(":")[0] in ("ps", "fixed", "clip"))
+                refit = tuple(c for c in probe.split("+") if c.partition(":")[0] in REFITS)
                 if refit in fits:
                     continue
                 kwargs = {}
                 for component in refit:
                     kind, _, value = component.partition(":")
+                    if kind == "onepenalty":
+                        continue
                     if kind == "ps":
                         kwargs["propensity"] = truth["ps"].to_numpy()
                     elif kind == "fixed":
                         kwargs.update(fixed)
                     else:
                         kwargs["clip"] = float(value)
-                fits[refit] = ccme.fit(case.formula, data, seed=rep, **kwargs)
+                tuning.PLUGIN_PENALTY_SEARCH = "onepenalty" not in refit
+                try:
+                    fits[refit] = ccme.fit(case.formula, data, seed=rep, **kwargs)
+                finally:
+                    tuning.PLUGIN_PENALTY_SEARCH = True
         for probe in probes:
-            res = fits[tuple(c for c in probe.split("+") if c.partition(":")[0] in ("ps", "fixed", "clip"))]
+            res = fits[tuple(c for c in probe.split("+") if c.partition(":")[0] in REFITS)]
             try:
                 for component in probe.split("+"):
                     kind, _, value = component.partition(":")
@@ -117,6 +139,14 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
                         bootstrap.BAND_ORDER = int(value)
                     elif kind == "v":
                         bootstrap._linear_parts = _scaled_second_stage(float(value))
+                    elif kind == "sv":
+                        bootstrap.simultaneous_v_factor = lambda n, f=float(value): f
+                    elif kind == "sp":
+                        bootstrap.SIMULTANEOUS_PENALTY = float(value)
+                    elif kind == "lev":
+                        bootstrap.LEVERAGE_CORRECTION = float(value)
+                    elif kind == "levpw":
+                        bootstrap.LEVERAGE_POINTWISE = float(value)
                 for arm in (1, 0):
                     mix = case.mixture(v, arm)
                     bandwidth = float(res.embedding(arm).y_kernel.bandwidth_array[0])
@@ -130,6 +160,8 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
                     t["width"].append((b.upper - b.lower).mean(axis=1))
             finally:
                 bootstrap._linear_parts, bootstrap.BAND_ORDER = original_parts, original_order
+                bootstrap.simultaneous_v_factor, bootstrap.SIMULTANEOUS_PENALTY = original_factor, original_penalty
+                bootstrap.LEVERAGE_CORRECTION, bootstrap.LEVERAGE_POINTWISE = original_leverage
         print(case_name, n, rep, flush=True)
     lines = [f"$ python benchmarks/inference/simultaneous_diagnosis.py --case {case_name} --n {n} --reps {reps} "
              f"--probes {','.join(probes)}",

@@ -821,6 +821,10 @@ class DistributedLowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
                                    weights=np.concatenate([w for w, _ in pieces]),
                                    residuals=np.concatenate([r for _, r in pieces]))
 
+    def leverages(self, n_threads: int = 0) -> np.ndarray:
+        """:meth:`LowRankFoldArm.leverages` of :meth:`gather`'s local fold-arm (O(n r) traffic)."""
+        return self.gather().leverages(n_threads)
+
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
                       n_threads: int = 0) -> LowRankFoldArm:
         """:meth:`LowRankFoldArm.undersmoothed` of :meth:`gather`'s local fold-arm (O(n r) traffic, on the client)."""

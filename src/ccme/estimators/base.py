@@ -350,6 +350,18 @@ class LinearSecondStage(ABC):
         """
         return self.residual_features(beta, n_threads)
 
+    def leverages(self, n_threads: int = 0) -> "np.ndarray | None":
+        """H_ii, the diagonal of the second stage's hat matrix over :attr:`units`; None if not available.
+
+        The in-sample residuals (I − H)ξ̂ of a smoother shrink where it follows
+        the data closely (H_ii near 1: few units near V_i, little smoothing),
+        so a bootstrap built on them underestimates the variance there; the
+        bootstrap rescales them to leave-one-out residuals e_i / (1 − H_ii)
+        (:data:`ccme.bootstrap.LEVERAGE_CORRECTION`).  The default, None,
+        leaves them as they are.
+        """
+        return None
+
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
                       n_threads: int = 0) -> "LinearSecondStage | None":
         """This second stage refitted with the V bandwidths × ``factor`` and λ₁ × ``penalty_factor``; None if it cannot be.

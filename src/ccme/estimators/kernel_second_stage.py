@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from .. import _backend
 from ..kernels import Kernel
@@ -41,6 +42,11 @@ class KernelRidgeSecondStage(LinearSecondStage):
     def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
         """(I − H) P = s (K_V + sI)⁻¹ P, H = K_V (K_V + sI)⁻¹ the second stage's hat matrix."""
         return self.shift * _backend.cholesky_solve(self.L_V, P, n_threads)
+
+    def leverages(self, n_threads: int = 0) -> np.ndarray:
+        """H_ii = 1 − s [(K_V + sI)⁻¹]_ii, the inverse's diagonal from the factor: Σ_k (L⁻¹)_ki² (n³/3 flops)."""
+        L_inv = solve_triangular(self.L_V, np.eye(len(self.L_V)), lower=True, check_finite=False)
+        return 1.0 - self.shift * np.einsum("ki,ki->i", L_inv, L_inv)
 
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
                       n_threads: int = 0) -> "KernelRidgeSecondStage":

@@ -492,6 +492,15 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
                                    residuals=F0 - Psi0 @ smoothed)
 
     @_serial_blas
+    def leverages(self, n_threads: int = 0) -> np.ndarray:
+        """H_ii = w_i ‖C⁻¹φ(V1_i)‖², C the Cholesky factor of ΦᵀWΦ + sI (w_i = 1 unweighted): O(n r²)."""
+        out = np.empty(self.Phi.shape[0])
+        for s, B in _blocks(self.Phi):
+            Z = solve_triangular(self.chol, B.T, lower=True, check_finite=False)
+            out[s:s + len(B)] = np.einsum("ki,ki->i", Z, Z)
+        return out if self.w1 is None else self.w1 * out
+
+    @_serial_blas
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
                       n_threads: int = 0) -> "LowRankFoldArm":
         """This fold-arm with Nyström features of the V kernel at bandwidths × ``factor``, λ₁ × ``penalty_factor``.
