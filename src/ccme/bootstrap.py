@@ -257,7 +257,7 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
                 betas[("h", id(part))] = part.leverages(n_threads)
             h = betas[("h", id(part))] if leverage else None
             if h is not None:  # towards leave-one-out residuals (LinearSecondStage.leverages)
-                R = R / np.maximum(1.0 - h, 1e-3)[:, None] ** leverage
+                R = R / np.maximum(1.0 - h, 1e-12)[:, None] ** leverage  # 1 − H_ii = s [(K + sI)⁻¹]_ii > 0
             out.append(_Linear(units=part.units, beta=beta, P=P, R=R))
             influence = part.first_stage_influence(beta, points, feature, kernel, n_threads) if first_stage else None
             if influence is not None:

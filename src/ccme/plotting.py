@@ -95,7 +95,8 @@ def _shade_bands(ax, bands, colours, label: bool):
     The band is mapped as the curve is made from the raw estimate
     (:meth:`ccme.Bands.on_the_curve`: clipped and rescaled for a density,
     clipped and made monotone for a CDF).  Bias-reduced bands (the default
-    target) are centred on the bias-reduced estimate, so, as robust
+    target) are centred on a bias-reduced estimate (the simultaneous ones on
+    the undersmoothed refit, ``Bands.estimate_simultaneous``), so, as robust
     bias-corrected intervals, they need not be centred on the drawn curve;
     ``target="regularised"`` bands surround it.  The legend says the level
     and what the band covers.
@@ -103,6 +104,8 @@ def _shade_bands(ax, bands, colours, label: bool):
     drawn = bands.on_the_curve()
     what = "smoothed density" if bands.feature == "density" else "smoothed CDF"
     how = "bias-reduced" if bands.order > 1 else "no bias correction"
+    if bands.v_factor < 1:
+        how += f", V bandwidths x {bands.v_factor:.2f}"
     for i in range(len(bands.estimate)):
         ax.fill_between(bands.y, drawn["lower_simultaneous"][i], drawn["upper_simultaneous"][i], color=colours[i],
                         alpha=0.15, lw=0,

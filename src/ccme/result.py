@@ -1267,10 +1267,15 @@ class CCMEResult:
         spread, with the first stage's noise included (its linearisation,
         :meth:`ccme.estimators.base.LinearSecondStage.first_stage_influence`,
         for kernel-ridge first stages; others are held fixed).  So the band's
-        centre differs slightly from :meth:`density`.  ``target="regularised"``
-        gives the plain bands of the point estimate, which cover the
-        ridge-shrunk target only.  ``Bands.target`` says which.  Coverage is
-        measured in README ("Effects and uncertainty").
+        centre differs slightly from :meth:`density`.  The bias-aware
+        *simultaneous* bands (holding over the whole grid at once) come from
+        the second stage refitted with the V bandwidths × n^(−1/11) and λ₁ ×
+        2/15, with leave-one-out residuals, and are centred on that refit
+        (``Bands.estimate_simultaneous``, ``Bands.v_factor``): a sup over the
+        grid is decided where the V-smoothing bias is largest.
+        ``target="regularised"`` gives the plain bands of the point estimate,
+        which cover the ridge-shrunk target only.  ``Bands.target`` says which.
+        Coverage is measured in README ("Effects and uncertainty").
 
         Parameters
         ----------

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg.lapack import dtrtri
 
 from .. import _backend
+from ..errors import NumericalError
 from ..kernels import Kernel
 from ..memory import check_allocation
 from .base import LinearSecondStage
@@ -45,7 +46,9 @@ class KernelRidgeSecondStage(LinearSecondStage):
 
     def leverages(self, n_threads: int = 0) -> np.ndarray:
         """H_ii = 1 − s [(K_V + sI)⁻¹]_ii, the inverse's diagonal from the factor: Σ_k (L⁻¹)_ki² (n³/3 flops)."""
-        L_inv = solve_triangular(self.L_V, np.eye(len(self.L_V)), lower=True, check_finite=False)
+        L_inv, info = dtrtri(self.L_V, lower=1)
+        if info != 0:
+            raise NumericalError(f"the second stage's Cholesky factor could not be inverted (LAPACK info {info})")
         return 1.0 - self.shift * np.einsum("ki,ki->i", L_inv, L_inv)
 
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
