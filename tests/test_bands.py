@@ -152,9 +152,9 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
     u_i(y) is unit i's whole share of the bootstrap draw (second stage of its
     fold plus first stage of the other, one multiplier), delta-method
     normalised by the mass; the twin builds it from dense algebra.  The
-    simultaneous band is the same construction on the second stage refitted
-    with undersmoothed V bandwidths and nλ₁ × 2/15, centred on that refit,
-    with leave-one-out residuals e_i / (1 − H_ii).
+    simultaneous band is the union of that construction's sup-t band and the
+    same on the second stage refitted with undersmoothed V bandwidths and
+    nλ₁ × 2/15, around that refit, with leave-one-out residuals e_i / (1 − H_ii).
     """
     from scipy import stats
 
@@ -181,11 +181,17 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
         centre, U_s = _twin_contributions(res, narrowed, e)
         np.testing.assert_allclose(b.estimate_simultaneous[e], centre, rtol=1e-6, atol=1e-9)
         _, scale_s, nu_s = _twin_scale(U_s)
-        np.testing.assert_allclose(b.upper_simultaneous[e] - centre, centre - b.lower_simultaneous[e], rtol=1e-6)
-        z = stats.norm.ppf(stats.t.cdf((b.upper_simultaneous[e] - centre) / scale_s, nu_s))
-        np.testing.assert_allclose(z, z[0], rtol=1e-6)
-        assert z[0] > stats.norm.ppf(0.95)  # a sup over the grid: wider than pointwise
         assert np.mean(scale_s) > np.mean(scale)  # less smoothing, more variance
+        # the union of the two sup-t bands: one joint critical value each (the level-quantile of the draws'
+        # sup of |Δ*| / scale, the same multipliers), mapped through each point's t
+        g = np.random.default_rng(3).standard_normal((res.n, 199))
+        outer = []
+        for c, U_, sc, df_ in ((estimate, U, scale, nu), (centre, U_s, scale_s, nu_s)):
+            c_sim = np.quantile(np.max(np.abs(g.T @ U_) / sc, axis=1), level)
+            assert c_sim > stats.norm.ppf(0.95)  # a sup over the grid: beyond the pointwise critical value
+            outer.append((c - stats.t.ppf(stats.norm.cdf(c_sim), df_) * sc, c + stats.t.ppf(stats.norm.cdf(c_sim), df_) * sc))
+        np.testing.assert_allclose(b.lower_simultaneous[e], np.minimum(outer[0][0], outer[1][0]), rtol=1e-6, atol=1e-12)
+        np.testing.assert_allclose(b.upper_simultaneous[e], np.maximum(outer[0][1], outer[1][1]), rtol=1e-6, atol=1e-12)
     assert np.all(b.df >= 1) and b.df.min() < 30 < b.df.max()  # the tails rest on few units, the body on many
     plain = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=199, seed=3, target="regularised")
     assert np.all(np.isinf(plain.df)) and list(plain.to_frame().columns)[4] == "df"

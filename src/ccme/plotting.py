@@ -95,8 +95,8 @@ def _shade_bands(ax, bands, colours, label: bool):
     The band is mapped as the curve is made from the raw estimate
     (:meth:`ccme.Bands.on_the_curve`: clipped and rescaled for a density,
     clipped and made monotone for a CDF).  Bias-reduced bands (the default
-    target) are centred on a bias-reduced estimate (the simultaneous ones on
-    the undersmoothed refit, ``Bands.estimate_simultaneous``), so, as robust
+    target) are built around bias-reduced estimates (the simultaneous ones
+    also around the undersmoothed refit, ``Bands.estimate_simultaneous``), so, as robust
     bias-corrected intervals, they need not be centred on the drawn curve;
     ``target="regularised"`` bands surround it.  The legend says the level
     and what the band covers.
