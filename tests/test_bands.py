@@ -152,9 +152,10 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
     u_i(y) is unit i's whole share of the bootstrap draw (second stage of its
     fold plus first stage of the other, one multiplier), delta-method
     normalised by the mass; the twin builds it from dense algebra.  The
-    simultaneous band is the union of that construction's sup-t band and the
-    same on the second stage refitted with undersmoothed V bandwidths and
-    nλ₁ × 2/15, around that refit, with leave-one-out residuals e_i / (1 − H_ii).
+    simultaneous band is the union of that construction's band and the same
+    on the second stage refitted with undersmoothed V bandwidths and nλ₁ ×
+    2/15, around that refit, with leave-one-out residuals e_i / (1 − H_ii),
+    at one critical value that gives the union the bootstrap's joint level.
     """
     from scipy import stats
 
@@ -182,14 +183,17 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
         np.testing.assert_allclose(b.estimate_simultaneous[e], centre, rtol=1e-6, atol=1e-9)
         _, scale_s, nu_s = _twin_scale(U_s)
         assert np.mean(scale_s) > np.mean(scale)  # less smoothing, more variance
-        # the union of the two sup-t bands: one joint critical value each (the level-quantile of the draws'
-        # sup of |Δ*| / scale, the same multipliers), mapped through each point's t
+        # the union of the two sup-t bands with one joint critical value: the level-quantile over the draws
+        # (the same multipliers) of sup_y min(|Δ*|/scale, |Δ*_s|/scale_s), mapped through each point's t
         g = np.random.default_rng(3).standard_normal((res.n, 199))
+        T, T_s = np.abs(g.T @ U) / scale, np.abs(g.T @ U_s) / scale_s
+        c_union = np.quantile(np.minimum(T, T_s).max(axis=1), level)
+        assert c_union < min(np.quantile(T.max(axis=1), level),
+                                                    np.quantile(T_s.max(axis=1), level))
         outer = []
-        for c, U_, sc, df_ in ((estimate, U, scale, nu), (centre, U_s, scale_s, nu_s)):
-            c_sim = np.quantile(np.max(np.abs(g.T @ U_) / sc, axis=1), level)
-            assert c_sim > stats.norm.ppf(0.95)  # a sup over the grid: beyond the pointwise critical value
-            outer.append((c - stats.t.ppf(stats.norm.cdf(c_sim), df_) * sc, c + stats.t.ppf(stats.norm.cdf(c_sim), df_) * sc))
+        for c, sc, df_ in ((estimate, scale, nu), (centre, scale_s, nu_s)):
+            half = stats.t.ppf(stats.norm.cdf(c_union), df_) * sc
+            outer.append((c - half, c + half))
         np.testing.assert_allclose(b.lower_simultaneous[e], np.minimum(outer[0][0], outer[1][0]), rtol=1e-6, atol=1e-12)
         np.testing.assert_allclose(b.upper_simultaneous[e], np.maximum(outer[0][1], outer[1][1]), rtol=1e-6, atol=1e-12)
     assert np.all(b.df >= 1) and b.df.min() < 30 < b.df.max()  # the tails rest on few units, the body on many

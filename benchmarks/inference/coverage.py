@@ -30,6 +30,17 @@ truth's ±4 sd box, for both arms:
   and upper expected shortfalls at α = 0.1 (and the QTEs and shortfalls of
   the smoothed laws; closed forms for Gaussian mixtures).
 
+``--bands-only`` measures the default (bias-reduced) bands alone, no plain
+bands and no effect intervals: ``results/coverage_simultaneous.jsonl`` holds
+the study of the simultaneous bands as the union of the fit's band and the
+undersmoothed refit's (937ef9a; cases paper, hetero_v2, linear_v1 and
+inside_v, which was held out of the choice), and
+``results/coverage_simultaneous_refit_only.jsonl`` the refit's band alone
+(d3a001a, n = 2000), which covered inside_v 0.80 of the time::
+
+    python benchmarks/inference/coverage.py --cases paper,hetero_v2,linear_v1,inside_v --n 2000 --reps 100 \
+        --bands-only --out benchmarks/inference/results/coverage_simultaneous.jsonl
+
 ``results/coverage.jsonl`` holds the study with the doubly robust second
 stage in two parts (be74c08; 100 data sets per case at n = 2000; at n = 10000
 100 for hetero_v2, 50 for the others) and the CDF's own read-out kernel.  ``coverage_one_penalty.jsonl``

@@ -539,15 +539,17 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     for e in range(shape[0]):
         # Delta method for the unit-mass estimate raw / mass: (δraw − estimate δmass) / mass.
         U = _unit_mass_contributions(lin, lin_mass, estimate[e], mass[e], e, res.n)
-        sd, scale, nu, c_point, c_sim = _critical_values(U, g, level, small_sample)
+        sd, scale, nu, c_point, c_sim, T = _critical_values(U, g, level, small_sample)
         lower[e], upper[e] = estimate[e] - c_point, estimate[e] + c_point
         se[e], df[e] = sd, nu
         lo_s[e], up_s[e] = estimate[e] - c_sim * scale, estimate[e] + c_sim * scale
-        if narrowed is not None:  # the union with the band of the undersmoothed refit
+        if narrowed is not None:  # the union with the band of the undersmoothed refit, at a joint level
             U_s = _unit_mass_contributions(lin_s, lin_mass_s, centre_s[e], mass_s[e], e, res.n)
-            _, scale_s, _, _, c_sim_s = _critical_values(U_s, g, level, small_sample)
-            lo_s[e] = np.minimum(lo_s[e], centre_s[e] - c_sim_s * scale_s)
-            up_s[e] = np.maximum(up_s[e], centre_s[e] + c_sim_s * scale_s)
+            _, scale_s, nu_s, _, _, T_s = _critical_values(U_s, g, level, small_sample)
+            c_union = _union_critical_value(T, T_s, level)
+            half, half_s = _on_each_point(c_union, nu, True) * scale, _on_each_point(c_union, nu_s, True) * scale_s
+            lo_s[e] = np.minimum(estimate[e] - half, centre_s[e] - half_s)
+            up_s[e] = np.maximum(estimate[e] + half, centre_s[e] + half_s)
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
                  upper_simultaneous=up_s, se=se, level=float(level), feature=feature,
                  arm=int(arm) if res.design.treatment.binary else res.design.treatment.label(arm),
@@ -563,7 +565,11 @@ def _unit_mass_contributions(lin, lin_mass, estimate, mass, e: int, n: int) -> n
 
 
 def _critical_values(U: np.ndarray, g: np.ndarray, level: float, small_sample: bool):
-    """(sd, scale, ν, pointwise half-width, simultaneous critical value) from the units' contributions U (n, G)."""
+    """(sd, scale, ν, pointwise half-width, simultaneous critical value, studentised draws) from U (n, G).
+
+    The studentised draws |Δ*(y)| / scale(y), (n_boot, G), are 0 where the
+    scale vanishes; :func:`_union_critical_value` combines two bands' draws.
+    """
     Z = g.T @ U  # (n_boot, G): the draws Δ*(v_e, y)
     if small_sample:
         U2 = U * U
@@ -582,11 +588,28 @@ def _critical_values(U: np.ndarray, g: np.ndarray, level: float, small_sample: b
     # keeps the far tails, where sd → 0 and a bias of negligible size would dominate the studentised
     # statistic, from deciding the band; without it only the points where the estimate varies count.
     live = scale > 1e-12 * max(float(scale.max()), 1e-300)
-    t_max = np.max(np.abs(Z[:, live]) / scale[live], axis=1) if live.any() else np.zeros(g.shape[1])
-    c_sim = np.quantile(t_max, level)
-    if small_sample:  # the same joint level, each point's t quantile: P(|t_ν| ≤ c') = P(|N| ≤ c_sim)
-        c_sim = stats.t.ppf(stats.norm.cdf(c_sim), nu)
-    return sd, scale, nu, c_point, c_sim
+    T = np.zeros(Z.shape)
+    T[:, live] = np.abs(Z[:, live]) / scale[live]
+    c_sim = _on_each_point(np.quantile(T.max(axis=1), level), nu, small_sample)
+    return sd, scale, nu, c_point, c_sim, T
+
+
+def _on_each_point(c: float, nu: np.ndarray, small_sample: bool):
+    """A joint critical value c on the normal scale as each point's t quantile: P(|t_ν| ≤ c') = P(|N| ≤ c)."""
+    return stats.t.ppf(stats.norm.cdf(c), nu) if small_sample else c
+
+
+def _union_critical_value(T: np.ndarray, T_s: np.ndarray, level: float) -> float:
+    """c with P*(for every y, |Δ*(y)| ≤ c·scale(y) or |Δ*_s(y)| ≤ c·scale_s(y)) = level: the union's joint level.
+
+    ``T``, ``T_s``: the two bands' studentised draws under the same
+    multipliers (:func:`_critical_values`).  A draw stays in the union at y
+    if either band holds it there, so the statistic is
+    sup_y min(T(y), T_s(y)), and the union of the two bands with this common
+    critical value has the bootstrap's joint level exactly, where two bands
+    each at the level would cover more often than the level.
+    """
+    return float(np.quantile(np.minimum(T, T_s).max(axis=1), level))
 
 
 # ---------------------------------------------------------------------------
