@@ -152,10 +152,11 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
     u_i(y) is unit i's whole share of the bootstrap draw (second stage of its
     fold plus first stage of the other, one multiplier), delta-method
     normalised by the mass; the twin builds it from dense algebra.  The
-    simultaneous band is the union of that construction's band and the same
+    simultaneous band is that construction's sup-t band joined with the same
     on the second stage refitted with undersmoothed V bandwidths and nλ₁ ×
     2/15, around that refit, with leave-one-out residuals e_i / (1 − H_ii),
-    at one critical value that gives the union the bootstrap's joint level.
+    at the critical value that gives the two, as a union, the bootstrap's
+    joint level.
     """
     from scipy import stats
 
@@ -190,9 +191,10 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
         c_union = np.quantile(np.minimum(T, T_s).max(axis=1), level)
         assert c_union < min(np.quantile(T.max(axis=1), level),
                                                     np.quantile(T_s.max(axis=1), level))
+        c_fit = np.quantile(T.max(axis=1), level)  # the fit's own band is kept whole
         outer = []
-        for c, sc, df_ in ((estimate, scale, nu), (centre, scale_s, nu_s)):
-            half = stats.t.ppf(stats.norm.cdf(c_union), df_) * sc
+        for c, crit, sc, df_ in ((estimate, c_fit, scale, nu), (centre, c_union, scale_s, nu_s)):
+            half = stats.t.ppf(stats.norm.cdf(crit), df_) * sc
             outer.append((c - half, c + half))
         np.testing.assert_allclose(b.lower_simultaneous[e], np.minimum(outer[0][0], outer[1][0]), rtol=1e-6, atol=1e-12)
         np.testing.assert_allclose(b.upper_simultaneous[e], np.maximum(outer[0][1], outer[1][1]), rtol=1e-6, atol=1e-12)

@@ -123,9 +123,10 @@ risk.round(2)
 # Bootstrap bands show how precisely the quitters' distribution is estimated
 # at one profile: the simultaneous 90% band of the kernel-smoothed density.
 # By default the bands are bias-aware (centred on a bias-reduced estimate,
-# with Student-t critical values where few units carry the variance), so
-# the band need not be centred on the drawn curve; the README's "Effects and
-# uncertainty" shows how often they cover:
+# with Student-t critical values where few units carry the variance; the
+# simultaneous band also joins the band of a second stage refitted with
+# narrower V bandwidths), so the band need not be centred on the drawn
+# curve; the README's "Effects and uncertainty" shows how often they cover:
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3.4))

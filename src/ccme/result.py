@@ -1269,9 +1269,9 @@ class CCMEResult:
         for kernel-ridge first stages; others are held fixed).  So the band's
         centre differs slightly from :meth:`density`.  The bias-aware
         *simultaneous* bands (holding over the whole grid at once) are the
-        union of the fit's sup-t band and that of the second stage refitted
-        with the V bandwidths × n^(−1/11) and λ₁ × 2/15, with leave-one-out
-        residuals, around that refit (``Bands.estimate_simultaneous``,
+        sup-t band around the estimate joined with a band around the second
+        stage refitted with the V bandwidths × n^(−1/11) and λ₁ × 2/15, with
+        leave-one-out residuals (``Bands.estimate_simultaneous``,
         ``Bands.v_factor``): a sup over the grid is decided where the
         V-smoothing bias is largest.
         ``target="regularised"`` gives the plain bands of the point estimate,
