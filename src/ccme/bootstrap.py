@@ -59,32 +59,25 @@ quadrature (far from the data no unit carries the variance).
 
 A band that holds over the whole grid at once must hold where the
 V-smoothing bias is largest (at the modes, where the law moves with v), and
-the bias that is small next to a pointwise half-width decides a sup.  So the
-bias-reduced *simultaneous* bands add the band of the second stage refitted
-with undersmoothed V bandwidths, h · n^(−1/11) (:func:`simultaneous_v_factor`),
-and λ₁ × :data:`SIMULTANEOUS_PENALTY`
-(:meth:`ccme.estimators.base.LinearSecondStage.undersmoothed`), centred on
-that refit's estimate: the simultaneous band is the fit's sup-t band joined
-with a band around the refit whose critical value is the level-quantile over
-the draws of sup_y min(T(y), T_s(y)) of the two studentised processes (the
-value at which the two bands, as a union, have the bootstrap's joint
-level), so it never covers less than the fit's band.  The less a smoother smooths, the more its in-sample
-residuals understate the noise (e_i = (1 − H_ii) ε_i + …), so the refit's
-bootstrap uses leave-one-out residuals e_i / (1 − H_ii)
+a bias that is small next to a pointwise half-width decides a sup.  So the
+bias-reduced *simultaneous* band is the fit's sup-t band widened by a band
+around the second stage refitted with undersmoothed V bandwidths,
+h · n^(−1/11) (:func:`simultaneous_v_factor`), and λ₁ ×
+:data:`SIMULTANEOUS_PENALTY`
+(:meth:`ccme.estimators.base.LinearSecondStage.undersmoothed`).  The less a
+smoother smooths, the more its in-sample residuals understate the noise
+(e_i = (1 − H_ii) ε_i + …), so the refit's bootstrap uses leave-one-out
+residuals e_i / (1 − H_ii)
 (:meth:`~ccme.estimators.base.LinearSecondStage.leverages`,
-:data:`LEVERAGE_CORRECTION`).  Each of the three was needed: on the paper's
-simulation at n = 2000 the simultaneous coverage is 0.78 without them, 0.83
-without the smaller λ₁, 0.84 without the leave-one-out residuals and 0.91
-with all three (``benchmarks/inference/simultaneous_diagnosis.py``).  The refit's
-band alone covered 0.80 on inside_v, a case held out of that choice, where the
-fit's own band covers 0.88 (misses at one arm's mode, all on one side, that
-the narrower V smoothing does not remove); the union of the two bands each
-at the level covered 0.97–0.98 on all four cases, at up to 7 times the
-pointwise width; both bands at the union's joint critical value covered
-0.87–0.91 at n = 2000, but linear_v1 0.82 at n = 10000 (25 data sets; the
-fit's own band 0.89), where the refit was no less biased; so the fit's band
-is kept whole and the refit's, at the joint critical value, widens it
-(README).  What they still leave
+:data:`LEVERAGE_CORRECTION`).  The refit's band takes the critical value at
+which the two bands, as a union, have the bootstrap's joint level
+(:func:`_union_critical_value`); the fit's band keeps its own, so the band
+never covers less than the fit's.  Measured (README, "Simultaneous bands
+from an undersmoothed second stage"): each part was needed on the paper's
+simulation (0.78 without them, 0.91 with); the refit's band alone covered a
+held-out case 0.80 where the fit's covered 0.88; two bands each at the
+level, 0.97–0.98 everywhere; both at the joint value, 0.82 on linear_v1 at
+n = 10000 against the fit's 0.89.  What they still leave
 out, measured (``benchmarks/inference/coverage.py``, README): the propensity
 model's and the fold split's variability (a refit with another split moves the
 estimate by about 0.46 bootstrap standard errors on the paper's simulation at
@@ -115,7 +108,7 @@ from .kernels import Kernel
 
 __all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_effect", "iterated_tikhonov",
            "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "SD_FLOOR", "SIMULTANEOUS_PENALTY",
-           "SIMULTANEOUS_UNDERSMOOTHING"]
+           "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE"]
 
 STATISTICS = ("mmd", "mean")
 #: Order m of the iterated Tikhonov regularisation of ``bands(target="smoothed")`` (:func:`iterated_tikhonov`).
@@ -241,18 +234,20 @@ def _undersmoothed_parts(res, arm: int) -> list | None:
 
 
 def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, first_stage: bool = False,
-            parts: list | None = None, betas: dict | None = None, features: dict | None = None,
+            parts: list | None = None, per_term: dict | None = None, features: dict | None = None,
             leverage: float = 0.0) -> list:
     """The :class:`_Linear` terms of arm's estimate at the V-points for a feature at ``points``.
 
-    ``parts``: the per-fold terms (default :func:`_linear_parts`); ``betas``: a
-    dict in which the terms' weights β_m(V) are kept by term, so that a second
-    call over the same terms and V-points (the mass) does not iterate again;
-    ``features``: a dict of the unit features P by (fold, term, feature), which
-    a refitted second stage (:func:`_undersmoothed_parts`) shares with the fit.
+    ``parts``: the per-fold terms (default :func:`_linear_parts`);
+    ``per_term``: a dict keeping what does not depend on the feature (each
+    term's weights β_m(V) and leverages), so that a second call over the same
+    terms and V-points (the mass) does not compute them again; ``features``:
+    a dict of the unit features P by (fold, term, feature), which a refitted
+    second stage (:func:`_undersmoothed_parts`) shares with the fit;
+    ``leverage``: κ of the residuals e_i / (1 − H_ii)^κ.
     """
     parts = _linear_parts(res, arm) if parts is None else parts
-    betas = {} if betas is None else betas
+    per_term = {} if per_term is None else per_term
     features = {} if features is None else features
     n_threads = res.embeddings[arm].n_threads
     out = []
@@ -262,13 +257,14 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
             if (k, t, feature) not in features:
                 features[(k, t, feature)] = part.unit_features(points, feature, kernel, n_threads)
             P = features[(k, t, feature)]
-            if id(part) not in betas:
-                betas[id(part)] = iterated_tikhonov(part, part.beta(V, n_threads) / len(parts), order, n_threads)
-            beta = betas[id(part)]
+            if ("beta", id(part)) not in per_term:
+                per_term[("beta", id(part))] = iterated_tikhonov(part, part.beta(V, n_threads) / len(parts), order,
+                                                                 n_threads)
+            beta = per_term[("beta", id(part))]
             R = part.residual_features(P, n_threads)
-            if leverage and ("h", id(part)) not in betas:
-                betas[("h", id(part))] = part.leverages(n_threads)
-            h = betas[("h", id(part))] if leverage else None
+            if leverage and ("h", id(part)) not in per_term:
+                per_term[("h", id(part))] = part.leverages(n_threads)
+            h = per_term[("h", id(part))] if leverage else None
             if h is not None:  # towards leave-one-out residuals (LinearSecondStage.leverages)
                 R = R / np.maximum(1.0 - h, 1e-12)[:, None] ** leverage  # 1 − H_ii = s [(K + sI)⁻¹]_ii > 0
             out.append(_Linear(units=part.units, beta=beta, P=P, R=R))
@@ -290,7 +286,7 @@ def _unit_mass(res, arm, V, points, feature, kernel, how: dict):
     ``how`` may hold ``parts`` and a ``features`` dict (see :func:`_linear`).
     """
     parts = how.get("parts") or _linear_parts(res, arm)
-    how = {**how, "parts": parts, "betas": {}}  # both calls share the terms and their β_m(V)
+    how = {**how, "parts": parts, "per_term": {}}  # both calls share the terms, their β_m(V) and leverages
     lin = _linear(res, arm, V, points, feature, kernel, **how)
     lin_mass = _mass_linear(res, arm, V, **how)
     mass = sum(part.estimate() for part in lin_mass)[:, 0]
