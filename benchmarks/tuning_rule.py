@@ -1,4 +1,5 @@
-"""A tuning rule's constant on the accuracy zoo: ridge DR with fit's defaults, one run of the zoo per value.
+"""A tuning rule's constant on the accuracy zoo: one configuration (ridge DR with fit's defaults unless
+``--config`` names another), one run of the zoo per value.
 
 Sets a module constant of ccme (``--setting module.NAME=v1,v2,...``; the first
 value is the baseline) in a fresh process per value, runs the zoo's runner
@@ -74,6 +75,8 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default=None, help="name of the output files (default: the split, or 'cases')")
     p.add_argument("--stem", default=None, help="first part of the output files' names (default: NAME in lower case)")
     p.add_argument("--parallel", action="store_true", help="run the values' processes at the same time")
+    p.add_argument("--config", default="ridge_dr",
+                   help="the zoo configuration to run and compare (default ridge_dr; e.g. deep_feature)")
     args, rest = p.parse_known_args(argv)
     module, name, values = parse_setting(args.setting)
     tag = args.tag or next((rest[i + 1] for i, a in enumerate(rest) if a == "--split"), "cases")
@@ -83,7 +86,7 @@ def main(argv=None) -> int:
     procs = []
     for v in values:
         command = [sys.executable, "-c", _RUN.format(root=str(ROOT), module=module, name=name, value=v),
-                   "--methods", "ridge_dr", *rest, "--out", str(outs[v])]
+                   "--methods", args.config, *rest, "--out", str(outs[v])]
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
         if args.parallel:
             procs.append(proc)
@@ -92,7 +95,7 @@ def main(argv=None) -> int:
     if any(proc.wait() for proc in procs):
         raise SystemExit("a run failed")
     frames = {v: pd.read_csv(outs[v]) for v in values}
-    text = "\n".join([f"$ python benchmarks/tuning_rule.py {' '.join(argv or sys.argv[1:])}", *compare(frames)])
+    text = "\n".join([f"$ python benchmarks/tuning_rule.py {' '.join(argv or sys.argv[1:])}", *compare(frames, args.config)])
     (RESULTS / f"{stem}_{tag}.txt").write_text(text + "\n")
     print(text)
     return 0

@@ -150,12 +150,16 @@ __all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_ou
 LAMBDA_GRID = tuple(np.logspace(-4, 0, 9))
 #: Default factors of Silverman's outcome bandwidth.
 Y_BANDWIDTH_FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
+#: Whether ``tune="auto"`` of the neural estimators also chooses the outcome read-out bandwidth
+#: (:func:`tune_readout`, as for the ridge estimator).
+NEURAL_READOUT_SEARCH = True
 _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")
 #: Deep Feature's penalty grid for ``tune="auto"`` (ΨᵀΨ + nλI, both stages):
 #: coarser than the ridge's because each value trains a network
 #: (:mod:`ccme.estimators.neural_tuning`).
 NEURAL_LAMBDA_GRID = tuple(np.logspace(-4, 0, 5))
-_TUNABLE_BY_METHOD = {"ridge": _TUNABLE, "deep_feature": ("lam0", "lam1", "M"), "neural_kernel": ("M",)}
+_TUNABLE_BY_METHOD = {"ridge": _TUNABLE, "deep_feature": ("lam0", "lam1", "M", "y_bandwidth"),
+                      "neural_kernel": ("M", "y_bandwidth")}
 _OUTCOME_TOL = 1e-8
 _MAX_RANK = 2000
 _ISE_UNITS = 300      # held-out units per fold and arm in the σ_y criterion
@@ -340,8 +344,10 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
                      "v_bandwidth": "ard", "y_bandwidth": Y_BANDWIDTH_FACTORS}
             if "lam1" in user_keys or not PLUGIN_PENALTY_SEARCH:
                 grids.pop("lam1_plugin")  # a λ₁ given by the user serves both parts unless λ₁ᵖ is given too
-        elif method == "deep_feature":
-            grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID}
+        elif method in ("deep_feature", "neural_kernel"):
+            grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID} if method == "deep_feature" else {}
+            if NEURAL_READOUT_SEARCH:
+                grids["y_bandwidth"] = Y_BANDWIDTH_FACTORS
         else:
             return {}
     elif isinstance(tune, dict):

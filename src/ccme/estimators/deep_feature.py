@@ -340,6 +340,18 @@ class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
         """h(v) = (ΨᵀΨ + nλ₁I)⁻¹ψ(v), shape (M, n_eval)."""
         return np.linalg.solve(self.feature_map.G, self.feature_map(V_eval).T)
 
+    @property
+    def atom_units(self) -> np.ndarray | None:
+        """The data row of each atom: the second stage's units with a_i ≠ 0, then the first stage's units.
+
+        None for an estimator saved before the first stage's rows were kept.
+        """
+        direct = self.pseudo["units"][self.pseudo["a"] != 0]
+        if "U" not in self.pseudo:
+            return direct
+        rows0 = self.pseudo.get("units0")
+        return None if rows0 is None else np.concatenate([direct, rows0])
+
     # -- the linear second stage (ccme.bootstrap) ---------------------------
     @property
     def units(self) -> np.ndarray:
@@ -365,7 +377,8 @@ class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.DeepFeatureFoldArm"
-    STATE_VERSION = 2  # 2: the pseudo-outcomes hold the second stage's units (bootstrap)
+    STATE_VERSION = 3  # 2: the pseudo-outcomes hold the second stage's units (bootstrap); 3: and the first stage's
+    _READS = (2, 3)    # a version-2 state has no first-stage rows: its atom_units is None
     _STATE_FIELDS = ("atoms", "loadings", "history", "pseudo", "jitter", "network", "Psi", "G", "network_history")
 
     def to_state(self) -> dict:
@@ -391,7 +404,7 @@ class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
         from ..errors import FormatError
         from ..io import check_schema
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=cls._STATE_FIELDS)
+        check_schema(state, cls.STATE_SCHEMA, cls._READS, keys=cls._STATE_FIELDS)
         for name in ("atoms", "loadings", "Psi", "G"):
             if not isinstance(state[name], np.ndarray) or state[name].ndim != 2:
                 raise FormatError(f"the stored Deep Feature estimator's {name} is not a matrix")
@@ -522,7 +535,7 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
     if U is not None:
         atoms.append(Y[rows0])
         loadings.append(P0 @ (U.T @ fmap.Psi))
-        pseudo.update(U=U, P0=P0, Y0=Y[rows0])
+        pseudo.update(U=U, P0=P0, Y0=Y[rows0], units0=rows0)
     return DeepFeatureFoldArm(np.vstack(atoms), np.vstack(loadings), fmap, history, pseudo)
 
 
