@@ -165,7 +165,7 @@ def test_deep_feature_density_equals_eq_df_density(small_fits):
     for mode in ("dr", "ipw", "pi", "onestep"):
         res = fits["deep_feature", mode]
         V = res.design.encode_v(newdata)
-        sigma = res.kernels["y"].bandwidth_array[0]
+        sigma = res.embeddings[1].y_kernel.bandwidth_array[0]  # the arm's read-out (tuned; the loss's is kernels["y"])
         expected = np.zeros((len(V), len(y)))
         for part in res.embeddings[1].parts:
             fm, ps = part.feature_map, part.pseudo
@@ -185,7 +185,7 @@ def test_neural_kernel_density_equals_eq_nk_density(small_fits):
     for mode in ("dr", "ipw", "pi", "onestep"):
         res = fits["neural_kernel", mode]
         V = res.design.encode_v(newdata)
-        sigma = res.kernels["y"].bandwidth_array[0]
+        sigma = res.embeddings[0].y_kernel.bandwidth_array[0]  # the arm's read-out
         grid = res.hyperparameters["grid"]
         parts = res.embeddings[0].parts
         expected = sum(

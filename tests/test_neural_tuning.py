@@ -67,10 +67,10 @@ def test_tuned_fit_equals_the_untuned_fit_at_the_chosen_values(data, tuned):
     """The first fold's networks kept from tuning are exactly those a fit with the chosen λ trains."""
     chosen = tuned.tuning.chosen
     plain = _fit(data, tune="none", lam0=chosen["lam0"], lam1=chosen["lam1"])
-    y = np.linspace(-5, 25, 7)
-    for arm in (1, 0):
-        np.testing.assert_array_equal(tuned.density(y, arm=arm, normalize=False),
-                                      plain.density(y, arm=arm, normalize=False))
+    V = tuned.design.V[:7]
+    for arm in (1, 0):  # the weights: the tuned fit's read-out bandwidth is chosen too, the plain one's is the rule
+        for got, want in zip(tuned.embeddings[arm].weights(v=V), plain.embeddings[arm].weights(v=V)):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_recorded_criterion_is_the_refit_validation_loss(data, tuned):
@@ -142,7 +142,8 @@ def test_bad_grids_raise(data):
 
 def test_without_validation_split_auto_tunes_nothing(data):
     res = _fit(data, validation=0.0)
-    assert not res.tuning.curves
+    # Nothing by validation loss; the read-out bandwidth has its own criterion (weighted ISE-CV).
+    assert {c.parameter for c in res.tuning.curves} == {"y_bandwidth"}
     assert any("validation" in note for note in res.tuning.notes)
     assert res.hyperparameters["lam1"] == {1: DEEP_FEATURE_DEFAULTS["lam1"], 0: DEEP_FEATURE_DEFAULTS["lam1"]}
     unscaled = _fit(data, lam_scaling="none")
@@ -159,9 +160,29 @@ def test_plot_tuning_and_summary(tuned):
     import matplotlib.pyplot as plt
 
     axes = tuned.plot_tuning()
-    assert [a.get_xlabel() for a in axes] == ["λ₀ (stage 1)", "λ₁ (stage 2)", "epoch (stage 1, early stopping)",
-                                              "epoch (stage 2, early stopping)"]
+    assert [a.get_xlabel() for a in axes] == ["λ₀ (stage 1)", "λ₁ (stage 2)", "outcome bandwidth σ_y",
+                                              "epoch (stage 1, early stopping)", "epoch (stage 2, early stopping)"]
     assert len(axes[0].get_lines()) == 4      # two arms: curve + chosen marker each
     plt.close(axes[0].figure)
     text = str(tuned.summary())
     assert "Epochs, stage 2" in text and "lambda1" in text
+
+
+def test_auto_reads_out_with_the_chosen_outcome_bandwidth(data, tuned):
+    """The read-out bandwidth is the argmin of its recorded curve, and each arm's embedding reads out with it."""
+    curves = _curves(tuned, "y_bandwidth")
+    assert sorted(c.arm for c in curves) == [0, 1]
+    for c in curves:
+        assert c.chosen == c.values[np.argmin(c.criterion)]
+        assert tuned.embeddings[c.arm].y_kernel.bandwidth_array[0] == pytest.approx(c.chosen, rel=1e-12)
+    fixed = _fit(data, y_bandwidth=2.0)  # a bandwidth the user sets is not tuned
+    assert not _curves(fixed, "y_bandwidth")
+    assert all(fixed.embeddings[arm].y_kernel.bandwidth_array[0] == 2.0 for arm in (1, 0))
+
+
+def test_deep_feature_atoms_know_their_units(data, tuned):
+    """atom_units maps each atom to its data row (the read-out criterion leaves a unit's own atom out)."""
+    Y = tuned.design.Y
+    for arm in (1, 0):
+        for part in tuned.embeddings[arm].parts:
+            np.testing.assert_array_equal(part.atoms, Y[part.atom_units])

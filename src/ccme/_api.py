@@ -232,8 +232,11 @@ def fit(
         Neural methods select by validation loss on the first fold (see
         :mod:`ccme.estimators.neural_tuning`): "auto" keeps early stopping
         (the epochs) and, for Deep Feature, chooses λ₀ and λ₁ over
-        ``ccme.tuning.NEURAL_LAMBDA_GRID``; a dict may give ``"lam"``/
-        ``"lam0"``/``"lam1"`` (Deep Feature) and ``"M"`` (both) grids.
+        ``ccme.tuning.NEURAL_LAMBDA_GRID``; it also chooses the outcome
+        read-out bandwidth as for the ridge (d_y = 1,
+        ``ccme.tuning.NEURAL_READOUT_SEARCH``); a dict may give ``"lam"``/
+        ``"lam0"``/``"lam1"`` (Deep Feature), ``"M"`` and ``"y_bandwidth"``
+        (both) grids.
     **hyperparameters
         Ridge: ``lam`` (both stages) or ``lam0``/``lam1`` (penalty λ in K + nλI,
         a number or a dict {1: .., 0: ..} per arm), ``lam1_plugin`` (doubly
