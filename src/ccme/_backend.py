@@ -44,9 +44,11 @@ The jitter actually used is returned.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from . import _core
 from .errors import DataError, NumericalError, ParameterError
@@ -741,3 +743,23 @@ def kernel_quadratic_forms(Z, W, kernel: str, bandwidth, normalized: bool = True
     bw = _bandwidth(bandwidth, Z.shape[1], "bandwidth", finite=bool(normalized))
     q = _call(_core.kernel_quadratic_forms, Z, W, kernel, bw, bool(normalized), _threads(n_threads))
     return np.asarray(q)
+
+
+def serial_blas(function):
+    """Run ``function`` with one BLAS thread (numpy's and scipy's OpenBLAS), for paths whose parallel work is ours.
+
+    Two reasons.  OpenBLAS splits long reductions (ΦᵀΦ, ΦᵀF) across its
+    threads, so its results depend on the thread count in the last bits; with
+    one BLAS thread a path gives the same bits for every ``n_threads`` and
+    ``OMP_NUM_THREADS`` (the kernels, computed by the compiled core, are
+    already thread-invariant).  And OpenBLAS's threads keep spinning for a
+    while after each call, taking the cores from the compiled core's OpenMP
+    team that runs next: the bootstrap's many short triangular solves ran
+    twice as slow after numpy products.  Nested calls keep the outer limit.
+    """
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        with threadpool_limits(limits=1, user_api="blas"):
+            return function(*args, **kwargs)
+
+    return wrapped

@@ -99,6 +99,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ._backend import serial_blas
 from .embedding import invert_cdf, normalized_cdf, tail_means
 from .errors import DataError, ParameterError
 from .estimators import ESTIMATORS
@@ -235,7 +236,7 @@ def _undersmoothed_parts(res, arm: int) -> list | None:
 
 def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, first_stage: bool = False,
             parts: list | None = None, per_term: dict | None = None, features: dict | None = None,
-            leverage: float = 0.0) -> list:
+            leverage: float = 0.0, cache: dict | None = None) -> list:
     """The :class:`_Linear` terms of arm's estimate at the V-points for a feature at ``points``.
 
     ``parts``: the per-fold terms (default :func:`_linear_parts`);
@@ -244,7 +245,9 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     terms and V-points (the mass) does not compute them again; ``features``:
     a dict of the unit features P by (fold, term, feature), which a refitted
     second stage (:func:`_undersmoothed_parts`) shares with the fit;
-    ``leverage``: κ of the residuals e_i / (1 − H_ii)^κ.
+    ``leverage``: κ of the residuals e_i / (1 − H_ii)^κ; ``cache``: the
+    per-call dict in which the fold-arms keep what their first stage gives
+    every term alike (:meth:`ccme.estimators.base.LinearSecondStage.unit_features`).
     """
     parts = _linear_parts(res, arm) if parts is None else parts
     per_term = {} if per_term is None else per_term
@@ -255,7 +258,7 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
         # A split fold-arm's terms share their units, so the same multipliers perturb both (_Linear.perturb).
         for t, part in enumerate(terms):
             if (k, t, feature) not in features:
-                features[(k, t, feature)] = part.unit_features(points, feature, kernel, n_threads)
+                features[(k, t, feature)] = part.unit_features(points, feature, kernel, n_threads, cache)
             P = features[(k, t, feature)]
             if ("beta", id(part)) not in per_term:
                 per_term[("beta", id(part))] = iterated_tikhonov(part, part.beta(V, n_threads) / len(parts), order,
@@ -268,7 +271,8 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
             if h is not None:  # towards leave-one-out residuals (LinearSecondStage.leverages)
                 R = R / np.maximum(1.0 - h, 1e-12)[:, None] ** leverage  # 1 − H_ii = s [(K + sI)⁻¹]_ii > 0
             out.append(_Linear(units=part.units, beta=beta, P=P, R=R))
-            influence = part.first_stage_influence(beta, points, feature, kernel, n_threads) if first_stage else None
+            influence = (part.first_stage_influence(beta, points, feature, kernel, n_threads, cache) if first_stage
+                         else None)
             if influence is not None:
                 out.append(_Linear(units=influence.units, beta=influence.weights, P=None, R=influence.residuals))
     return out
@@ -286,7 +290,8 @@ def _unit_mass(res, arm, V, points, feature, kernel, how: dict):
     ``how`` may hold ``parts`` and a ``features`` dict (see :func:`_linear`).
     """
     parts = how.get("parts") or _linear_parts(res, arm)
-    how = {**how, "parts": parts, "per_term": {}}  # both calls share the terms, their β_m(V) and leverages
+    # Both calls share the terms, their β_m(V) and leverages, and the first stage's pieces.
+    how = {**how, "parts": parts, "per_term": {}, "cache": how.get("cache", {})}
     lin = _linear(res, arm, V, points, feature, kernel, **how)
     lin_mass = _mass_linear(res, arm, V, **how)
     mass = sum(part.estimate() for part in lin_mass)[:, 0]
@@ -490,6 +495,7 @@ def satterthwaite_df(variance: np.ndarray, fourth: np.ndarray) -> np.ndarray:
         return np.where(fourth > 0, variance**2 / np.where(fourth > 0, fourth, 1.0), np.inf)
 
 
+@serial_blas
 def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, level: float, n_boot: int,
           seed, target: str = "smoothed") -> Bands:
     """Pointwise and simultaneous bands (see :meth:`ccme.CCMEResult.bands`).
@@ -531,13 +537,15 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     small_sample = bool(how)
     kernel = res.embeddings[arm].readout_kernel(feature)  # the kernel the arm's density or CDF is read out with
     features = {}  # the unit features do not depend on the second stage: the refit reuses them
+    cache = {}     # nor does the first stage (:class:`ccme.estimators.ridge.FirstStagePieces`)
     pointwise = {**how, "leverage": LEVERAGE_POINTWISE} if small_sample else how
-    estimate, mass, lin, lin_mass = _unit_mass(res, arm, V, y, feature, kernel, {**pointwise, "features": features})
+    shared = {"features": features, "cache": cache}
+    estimate, mass, lin, lin_mass = _unit_mass(res, arm, V, y, feature, kernel, {**pointwise, **shared})
     g = _multipliers(res.n, n_boot, seed)
     narrowed = _undersmoothed_parts(res, arm) if small_sample else None
     if narrowed is not None:
         centre_s, mass_s, lin_s, lin_mass_s = _unit_mass(res, arm, V, y, feature, kernel,
-                                                         {**how, "parts": narrowed, "features": features,
+                                                         {**how, **shared, "parts": narrowed,
                                                           "leverage": LEVERAGE_CORRECTION})
     shape = estimate.shape
     lower, upper, lo_s, up_s, se, df = (np.empty(shape) for _ in range(6))
@@ -713,6 +721,7 @@ def _roles(arms) -> dict:
     return {1: int(a), 0: int(b)}
 
 
+@serial_blas
 def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed, arms=(1, 0)) -> EffectTest:
     """The multiplier-bootstrap test of no distributional effect (see :meth:`ccme.CCMEResult.test_effect`).
 
@@ -768,6 +777,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed,
 # ---------------------------------------------------------------------------
 # quantile treatment effects
 # ---------------------------------------------------------------------------
+@serial_blas
 def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: float, n_boot: int, seed,
               arms=(1, 0)):
     """Quantile treatment effects Q₁(q | v) − Q₀(q | v) with pointwise bootstrap bands.
@@ -835,6 +845,7 @@ def _interval(estimate, estimate_star_grid, star, level, floor=None) -> Interval
     return Interval(std_error=star.std(axis=1), conf_low=low, conf_high=estimate + half)
 
 
+@serial_blas
 def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level: float, n_boot: int, seed,
                      alpha=(), target: str = "smoothed", arms=(1, 0)) -> dict:
     """Multiplier-bootstrap intervals for the effects of :func:`ccme.effects.effect_frame`.
@@ -964,6 +975,7 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
 TEST_GRID = 401
 
 
+@serial_blas
 def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed, arms=(1, 0)) -> EffectTest:
     """The multiplier-bootstrap tests of first-order stochastic dominance and of a pure location shift.
 

@@ -304,7 +304,7 @@ def _controller() -> ThreadpoolController:
 
 
 def _one_blas_thread():
-    """A context with one BLAS thread: the same bits as the local path (see lowrank's ``_serial_blas``)."""
+    """A context with one BLAS thread: the same bits as the local path (see :func:`ccme._backend.serial_blas`)."""
     return _controller().limit(limits=1, user_api="blas")
 
 
@@ -779,7 +779,7 @@ class DistributedLowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         self._last_smoothed = (key, np.array(points, copy=True), smoothed)
         return smoothed
 
-    def unit_features(self, points, feature: str, kernel, n_threads: int = 0) -> np.ndarray:
+    def unit_features(self, points, feature: str, kernel, n_threads: int = 0, cache=None) -> np.ndarray:
         """P_i(y) = a_i F(Y1_i, y) + b_i ⟨μ̂₀(X1_i), F(·, y)⟩ per unit, computed per partition and gathered."""
         smoothed = None if self.x_map is None else _share(self.client, self._smoothed(points, feature, kernel))
         return np.concatenate(self._map(_w_unit_features, self._x_shared, smoothed, points, feature, kernel,
@@ -807,7 +807,7 @@ class DistributedLowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         self._last_residual = (weakref.ref(out), after)
         return out
 
-    def first_stage_influence(self, beta, points, feature: str, kernel, n_threads: int = 0):
+    def first_stage_influence(self, beta, points, feature: str, kernel, n_threads: int = 0, cache=None):
         """W(v) = Ψ₀ G₀⁻¹ Ψ₁ᵀ (b ∘ β(v)) and the residual features (I − H₀) F(Y0) (the base class)."""
         if self.x_map is None or self.atom_units is None:
             return None

@@ -334,8 +334,15 @@ class LinearSecondStage(ABC):
         """β(v) for each row of ``V_eval``, shape (n_units, n_eval)."""
 
     @abstractmethod
-    def unit_features(self, points, feature: str, kernel, n_threads: int = 0) -> np.ndarray:
-        """P_i(y) = ⟨ξ̂_i, F(·, y)⟩ for each unit, shape (n_units, n_features), ``kernel`` a Kernel."""
+    def unit_features(self, points, feature: str, kernel, n_threads: int = 0, cache=None) -> np.ndarray:
+        """P_i(y) = ⟨ξ̂_i, F(·, y)⟩ for each unit, shape (n_units, n_features), ``kernel`` a Kernel.
+
+        ``cache`` (this method and :meth:`first_stage_influence`): None, or a
+        dict that lives for one bootstrap call, in which an implementation may
+        keep what its first stage gives every term alike (the terms of a
+        split fold-arm and their undersmoothed refits share a first stage),
+        keyed by what it was computed from.
+        """
 
     @abstractmethod
     def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
@@ -378,7 +385,7 @@ class LinearSecondStage(ABC):
         return None
 
     def first_stage_influence(self, beta: np.ndarray, points, feature: str, kernel,
-                              n_threads: int = 0) -> "FirstStageInfluence | None":
+                              n_threads: int = 0, cache=None) -> "FirstStageInfluence | None":
         """The first stage's noise in Σ_i β_i(v) ξ̂_i, linearised; None: the bootstrap conditions on it.
 
         With μ̂₀(x) = Σ_l S_l(x) φ(Y0_l) linear in the first-stage outcomes, the
@@ -391,6 +398,16 @@ class LinearSecondStage(ABC):
         unit of another).  The default, None, leaves the first stage fixed.
         """
         return None
+
+
+def shared_piece(cache: dict | None, key: tuple, compute):
+    """``compute()``, kept in ``cache`` under ``key`` (the bootstrap's per-call dict, see
+    :meth:`LinearSecondStage.unit_features`); computed afresh without a cache."""
+    if cache is None:
+        return compute()
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
 
 
 @dataclass(frozen=True)

@@ -361,7 +361,7 @@ class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
         """β(v) = Ψ (ΨᵀΨ + nλ₁I)⁻¹ ψ(v), shape (n_units, n_eval)."""
         return self.feature_map.Psi @ self.coefficients(V_eval)
 
-    def unit_features(self, points, feature: str, kernel, n_threads: int = 0) -> np.ndarray:
+    def unit_features(self, points, feature: str, kernel, n_threads: int = 0, cache=None) -> np.ndarray:
         """P_i(y) = a_i F(Y_i, y) + b_i ⟨μ̂₀(X_i), F(·, y)⟩, μ̂₀(X_i) = Σ_j (P₀ ψ₀(X_i))_j φ(Y0_j)."""
         name, bw = kernel.name, kernel.bandwidth_array
         P = self.pseudo["a"][:, None] * _backend.atom_features(self.pseudo["Y1"], points, feature, name, bw, n_threads)

@@ -392,7 +392,7 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
         c0 = np.asarray(self.W.T @ (self.b[:, None] * beta))
         return self.atoms, np.vstack([c1, c0])
 
-    def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
+    def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0, cache=None) -> np.ndarray:
         """P_i(y) = a_i F(Y1_i, y) + b_i Σ_l W_il F(Y0_l, y) (:meth:`ccme.pseudo.PseudoOutcome.features`)."""
         name, bw = kernel.name, kernel.bandwidth_array
         own = _backend.atom_features(self.Y1, points, feature, name, bw, n_threads)

@@ -59,21 +59,20 @@ bootstrap), so every functional, the bands and the tests run on it unchanged.
 
 from __future__ import annotations
 
-import functools
 import numbers
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.linalg import cho_solve, cholesky, solve_triangular
-from threadpoolctl import threadpool_limits
 
 from .. import _backend
+from .._backend import serial_blas
 from ..errors import ParameterError
 from ..kernels import Kernel
 from ..memory import check_allocation
 from ..pseudo import PseudoOutcome
 from .base import (FirstStageInfluence, FoldArm, LinearSecondStage, Parameters, PseudoOutcomeFold, TwoStageAtoms,
-                   project_atoms)
+                   project_atoms, shared_piece)
 
 __all__ = ["STORAGE", "NystromFeatures", "NystromArm", "LowRankFold", "LowRankFoldArm", "LOWRANK_DEFAULTS", "APPROX_THRESHOLD",
            "resolve_approx", "check_lowrank_settings"]
@@ -95,23 +94,6 @@ APPROX_THRESHOLD = 5000
 _ROWS = 4096
 #: Rows outside the landmark pool added as candidates per round of :meth:`NystromFeatures.select`, and rounds.
 _EXTEND, _ROUNDS = 1024, 4
-
-
-def _serial_blas(method):
-    """Run ``method`` with one BLAS thread.
-
-    OpenBLAS splits long reductions (ΦᵀΦ, ΦᵀF) across its threads, so its
-    results depend on the thread count in the last bits; with one BLAS thread
-    the low-rank path gives the same bits for every ``n_threads`` and
-    ``OMP_NUM_THREADS`` (the kernels, computed by the compiled core, are
-    already thread-invariant).  Nested calls keep the outer limit.
-    """
-    @functools.wraps(method)
-    def wrapped(*args, **kwargs):
-        with threadpool_limits(limits=1, user_api="blas"):
-            return method(*args, **kwargs)
-
-    return wrapped
 
 
 def resolve_approx(approx, n: int, first_stage: dict) -> str:
@@ -174,7 +156,7 @@ class NystromFeatures:
         return self.landmarks.shape[0]
 
     @classmethod
-    @_serial_blas
+    @serial_blas
     def select(cls, X, kernel: Kernel, *, rank_tol: float, max_rank: int, pool: int, seed: int,
                n_threads: int = 0, dtype=np.float64) -> tuple["NystromFeatures", np.ndarray]:
         """Landmarks for the rows of ``X`` and their features φ(X) (n × r; ``dtype`` beyond the pool).
@@ -405,7 +387,7 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         """h(v) = (ΦᵀWΦ + sI)⁻¹ φ(v) (W = I without weights), shape (r, n_eval)."""
         return cho_solve((self.chol, True), self.v_map(V_eval, n_threads).T, check_finite=False)
 
-    @_serial_blas
+    @serial_blas
     def weights(self, V_eval, n_threads: int = 0):
         """Atoms (Y1 then Y0) and their weights c(v), shape (n_atoms, n_eval)."""
         h = self.coefficients(V_eval, n_threads)
@@ -424,7 +406,7 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
             out += self.loadings0[start + split - n1:stop - n1].astype(np.float64).T @ F[split:]
         return out
 
-    @_serial_blas
+    @serial_blas
     def contract(self, V_eval, points, feature, y_kernel: Kernel, out, scale: float, n_threads: int = 0):
         """``out += scale × h(V)ᵀ (loadingsᵀ F)``: O(N r q + n_eval r q) (:func:`project_atoms`)."""
         projected = project_atoms(self.atoms, self._project, self.Phi.shape[1], points, feature, y_kernel,
@@ -433,37 +415,46 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
             out[v0:v0 + _ROWS] += scale * (self.coefficients(V_eval[v0:v0 + _ROWS], n_threads).T @ projected)
 
     # -- the linear second stage (ccme.bootstrap) ---------------------------
-    @_serial_blas
+    @serial_blas
     def beta(self, V_eval, n_threads: int = 0) -> np.ndarray:
         """β(v) = W Φ h(v) (W = I without weights), shape (n_units, n_eval)."""
         beta = _times(self.Phi, self.coefficients(V_eval, n_threads))
         return beta if self.w1 is None else self.w1[:, None] * beta
 
-    def _first_stage_smooth(self, F0: np.ndarray, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """(Ψ₀, G₀⁻¹ Ψ₀ᵀ W₀ F0): the first stage's coefficients for targets F0 (Ψ₀ recomputed from X0)."""
-        Psi0 = self.x_map(self.X0, n_threads).astype(STORAGE).astype(np.float64)  # the rounding of the fit
+    def _first_stage_features(self, n_threads: int, cache) -> tuple[np.ndarray, np.ndarray]:
+        """(Ψ₀ = ψ(X0) at the fit's rounding, Ψ₁ = ψ(X1)), recomputed from X0, X1 (kept in the bootstrap's ``cache``)."""
+        def compute():
+            Psi0 = self.x_map(self.X0, n_threads).astype(STORAGE).astype(np.float64)  # the rounding of the fit
+            return Psi0, self.x_map(self.X1, n_threads)
+
+        # The fold-arm's arrays live as long as the fit, so their ids are not reused within a bootstrap call.
+        return shared_piece(cache, ("low-rank first stage", id(self.x_map), id(self.X0), id(self.X1)), compute)
+
+    def _first_stage_smooth(self, F0: np.ndarray, n_threads: int, cache=None) -> tuple[np.ndarray, np.ndarray]:
+        """(Ψ₀, G₀⁻¹ Ψ₀ᵀ W₀ F0): the first stage's coefficients for targets F0."""
+        Psi0 = self._first_stage_features(n_threads, cache)[0]
         targets = F0 if self.w0 is None else self.w0[:, None] * F0
         return Psi0, cho_solve((self.chol0, True), Psi0.T @ targets, check_finite=False)
 
-    @_serial_blas
-    def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
+    @serial_blas
+    def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0, cache=None) -> np.ndarray:
         """P_i(y) = a_i F(Y1_i, y) + b_i ⟨μ̂₀(X1_i), F(·, y)⟩, μ̂₀ through ψ: Ψ₁ G₀⁻¹ Ψ₀ᵀ F(Y0)."""
         name, bw = kernel.name, kernel.bandwidth_array
         own = _backend.atom_features(self.Y1, points, feature, name, bw, n_threads)
         first = None
         if self.x_map is not None:
             F0 = _backend.atom_features(self.Y0, points, feature, name, bw, n_threads)
-            first = self.x_map(self.X1, n_threads) @ self._first_stage_smooth(F0, n_threads)[1]
+            first = self._first_stage_features(n_threads, cache)[1] @ self._first_stage_smooth(F0, n_threads, cache)[1]
         return self.pseudo.features(own, first)
 
-    @_serial_blas
+    @serial_blas
     def residual_features(self, P: np.ndarray, n_threads: int = 0) -> np.ndarray:
         """(I − H) P = P − Φ (ΦᵀWΦ + sI)⁻¹ ΦᵀWP, H = Φ G⁻¹ ΦᵀW the second stage's hat matrix (W = I unweighted)."""
         Phi = self.Phi.astype(np.float64)
         targets = P if self.w1 is None else self.w1[:, None] * P
         return P - Phi @ cho_solve((self.chol, True), Phi.T @ targets, check_finite=False)
 
-    @_serial_blas
+    @serial_blas
     def adjoint_residuals(self, beta: np.ndarray, n_threads: int = 0) -> np.ndarray:
         """(I − Hᵀ) β = β − W Φ (ΦᵀWΦ + sI)⁻¹ Φᵀβ: what iterated Tikhonov applies to the weights β.
 
@@ -474,8 +465,8 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         Phi = self.Phi.astype(np.float64)
         return beta - self.w1[:, None] * (Phi @ cho_solve((self.chol, True), Phi.T @ beta, check_finite=False))
 
-    @_serial_blas
-    def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0):
+    @serial_blas
+    def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0, cache=None):
         """W(v) = W₀ Ψ₀ G₀⁻¹ Ψ₁ᵀ (b ∘ β(v)) and the residual features (I − H₀) F(Y0), H₀ = Ψ₀ G₀⁻¹ Ψ₀ᵀ W₀.
 
         (W₀ = I without weights; see the base class.)
@@ -483,15 +474,15 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         if self.x_map is None or self.atom_units is None:
             return None
         F0 = _backend.atom_features(self.Y0, points, feature, kernel.name, kernel.bandwidth_array, n_threads)
-        Psi0, smoothed = self._first_stage_smooth(F0, n_threads)
-        pulled = self.x_map(self.X1, n_threads).T @ (self.pseudo.b[:, None] * beta)
+        Psi0, smoothed = self._first_stage_smooth(F0, n_threads, cache)
+        pulled = self._first_stage_features(n_threads, cache)[1].T @ (self.pseudo.b[:, None] * beta)
         weights = Psi0 @ cho_solve((self.chol0, True), pulled, check_finite=False)
         if self.w0 is not None:
             weights = self.w0[:, None] * weights
         return FirstStageInfluence(units=self.atom_units[len(self.Y1):], weights=weights,
                                    residuals=F0 - Psi0 @ smoothed)
 
-    @_serial_blas
+    @serial_blas
     def leverages(self, n_threads: int = 0) -> np.ndarray:
         """H_ii = w_i ‖C⁻¹φ(V1_i)‖², C the Cholesky factor of ΦᵀWΦ + sI (w_i = 1 unweighted): O(n r²)."""
         out = np.empty(self.Phi.shape[0])
@@ -500,7 +491,7 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
             out[s:s + len(B)] = np.einsum("ki,ki->i", Z, Z)
         return out if self.w1 is None else self.w1 * out
 
-    @_serial_blas
+    @serial_blas
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
                       n_threads: int = 0) -> "LowRankFoldArm":
         """This fold-arm with Nyström features of the V kernel at bandwidths × ``factor``, λ₁ × ``penalty_factor``.
@@ -631,7 +622,7 @@ class LowRankFold(PseudoOutcomeFold):
                                       pool=s["landmark_pool"], seed=self.seed + salt, n_threads=self.data.n_threads,
                                       dtype=STORAGE)
 
-    @_serial_blas
+    @serial_blas
     def _features(self, rows: np.ndarray, key):
         """(φ, Φ = φ(V[rows]), trace error) of the V-kernel over ``rows``, computed once per key."""
         if key not in self._second_stage:
@@ -659,7 +650,7 @@ class LowRankFold(PseudoOutcomeFold):
             self._first_stage[arm] = (x_map, Psi0, _gram_chol(Psi0, shift0, w0), shift0)
         return self._first_stage[arm]
 
-    @_serial_blas
+    @serial_blas
     def build_arm(self, arm: int, pseudo, lam: float) -> LowRankFoldArm:
         data, fold = self.data, self.fold
         design, Xo = data.design, data.Xo

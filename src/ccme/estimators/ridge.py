@@ -26,7 +26,7 @@ from ..errors import ParameterError
 from ..kernels import Kernel, design_groups, resolve_kernel
 from ..pseudo import MODES, PseudoOutcome, uses_first_stage
 from .base import (CrossFitData, Estimator, FoldArm, Parameters, PseudoOutcomeFold, SplitSecondStage, Tuned,
-                   TwoStageAtoms, per_arm)
+                   TwoStageAtoms, per_arm, shared_piece)
 from .forest_first_stage import check_first_stage, check_forest_settings, first_stage_section
 from .kernel_second_stage import KernelRidgeSecondStage, guarded_factor
 from .lowrank import LOWRANK_DEFAULTS, LowRankFold, check_lowrank_settings, resolve_approx
@@ -51,6 +51,64 @@ def apply_first_stage(X1, X0, kernel: Kernel, solved: np.ndarray, n_threads: int
         block = _backend.gram(X1[s:s + step], X0, kernel.name, kernel.bandwidth_array, n_threads=n_threads)
         out[s:s + step] = block @ solved
     return out
+
+
+#: Largest K(X1, X0) that :class:`FirstStagePieces` keeps between uses (bytes); a larger one is recomputed in blocks.
+_CROSS_GRAM_BYTES = 256 * 2**20
+
+
+class FirstStagePieces:
+    """What the bootstrap asks of one kernel ridge first stage, computed once per bootstrap call.
+
+    The terms of a split doubly robust fold-arm (correction and plug-in part)
+    and their undersmoothed refits (:mod:`ccme.bootstrap`) all have the same
+    first stage μ̂₀(x) = k_X0(x)ᵀ (K_X0 + s₀I)⁻¹ φ(Y0) at the same units X1:
+    the cross-Gram K(X1, X0) (kept when it is under 256 MiB) and the solved
+    outcome features (K_X0 + s₀I)⁻¹ F(Y0) of each read-out need computing
+    once, not once per term, refit and feature.
+    """
+
+    def __init__(self, X1, X0, Y0, L_X0, x_kernel: Kernel, keep_gram: bool = True):
+        self.X1, self.X0, self.Y0, self.L_X0, self.x_kernel = X1, X0, Y0, L_X0, x_kernel
+        self._kept = {}  # solved and predicted features by read-out
+        self._gram = None
+        self._keep_gram = keep_gram and 8.0 * len(X1) * len(X0) <= _CROSS_GRAM_BYTES
+
+    @staticmethod
+    def _key(what: str, points, feature: str, kernel: Kernel) -> tuple:
+        points = np.asarray(points)
+        return what, feature, kernel.name, tuple(kernel.bandwidth_array), points.shape, points.tobytes()
+
+    def solved(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
+        """(K_X0 + s₀I)⁻¹ F(Y0, points), shape (m, n_points)."""
+        def compute():
+            F0 = _backend.atom_features(self.Y0, points, feature, kernel.name, kernel.bandwidth_array, n_threads)
+            return _backend.cholesky_solve(self.L_X0, F0, n_threads)
+
+        return shared_piece(self._kept, self._key("solved", points, feature, kernel), compute)
+
+    def predicted(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
+        """⟨μ̂₀(X1_i), F(·, y)⟩ = K(X1, X0) (K_X0 + s₀I)⁻¹ F(Y0), shape (n, n_points)."""
+        def compute():
+            solved = self.solved(points, feature, kernel, n_threads)
+            gram = self._cross_gram(n_threads)
+            return (apply_first_stage(self.X1, self.X0, self.x_kernel, solved, n_threads) if gram is None
+                    else gram @ solved)
+
+        return shared_piece(self._kept, self._key("predicted", points, feature, kernel), compute)
+
+    def pulled_back(self, weights, n_threads: int = 0) -> np.ndarray:
+        """(K_X0 + s₀I)⁻¹ K(X0, X1) w for second-stage weights w (n, q): the first-stage units' influence."""
+        gram = self._cross_gram(n_threads)
+        pulled = (apply_first_stage(self.X0, self.X1, self.x_kernel, weights, n_threads) if gram is None
+                  else gram.T @ weights)
+        return _backend.cholesky_solve(self.L_X0, pulled, n_threads)
+
+    def _cross_gram(self, n_threads: int):
+        if self._gram is None and self._keep_gram:
+            self._gram = _backend.gram(self.X1, self.X0, self.x_kernel.name, self.x_kernel.bandwidth_array,
+                                       n_threads=n_threads)
+        return self._gram
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,18 +222,15 @@ class RidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
         """β(v) = (K_V + sI)⁻¹ k_V(V1, v), shape (n_units, n_eval)."""
         return self._core.beta(V_eval, n_threads)
 
-    def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0) -> np.ndarray:
+    def unit_features(self, points, feature: str, kernel: Kernel, n_threads: int = 0, cache=None) -> np.ndarray:
         """P_i(y) = a_i F(Y1_i, y) + b_i ⟨μ̂₀(X1_i), F(·, y)⟩ (:meth:`ccme.pseudo.PseudoOutcome.features`)."""
-        name, bw = kernel.name, kernel.bandwidth_array
-        own = _backend.atom_features(self.Y1, points, feature, name, bw, n_threads)
+        own = _backend.atom_features(self.Y1, points, feature, kernel.name, kernel.bandwidth_array, n_threads)
         first = None
         if self.pseudo.has_first_stage and self.L_X0.shape[0] > 0:
-            F0 = _backend.atom_features(self.Y0, points, feature, name, bw, n_threads)
-            solved = _backend.cholesky_solve(self.L_X0, F0, n_threads)  # (K_X0 + mλ₀I)⁻¹ F0
-            first = apply_first_stage(self.X1, self.X0, self.x_kernel, solved, n_threads)
+            first = self._first_stage_pieces(cache).predicted(points, feature, kernel, n_threads)
         return self.pseudo.features(own, first)
 
-    def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0):
+    def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0, cache=None):
         """W(v) = (K_X0 + s₀I)⁻¹ K_X0X1 (b ∘ β(v)) and the residual features s₀ (K_X0 + s₀I)⁻¹ F(Y0).
 
         The first stage μ̂₀(x) = k_X0(x)ᵀ (K_X0 + s₀I)⁻¹ φ(Y0) is linear in the
@@ -187,12 +242,23 @@ class RidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
             return None
         from .base import FirstStageInfluence
 
+        pieces = self._first_stage_pieces(cache)
         s0 = float(self.L_X0[0, 0]) ** 2 - 1.0
-        F0 = _backend.atom_features(self.Y0, points, feature, kernel.name, kernel.bandwidth_array, n_threads)
-        residuals = s0 * _backend.cholesky_solve(self.L_X0, F0, n_threads)
-        pulled = apply_first_stage(self.X0, self.X1, self.x_kernel, self.pseudo.b[:, None] * beta, n_threads)
-        weights = _backend.cholesky_solve(self.L_X0, pulled, n_threads)
+        residuals = s0 * pieces.solved(points, feature, kernel, n_threads)
+        weights = pieces.pulled_back(self.pseudo.b[:, None] * beta, n_threads)
         return FirstStageInfluence(units=self.atom_units[len(self.Y1):], weights=weights, residuals=residuals)
+
+    def _first_stage_pieces(self, cache) -> "FirstStagePieces":
+        """This fold's :class:`FirstStagePieces`, shared through ``cache`` by the fold-arms of one first stage."""
+        # The terms of a split fold-arm and their refits share the first stage's factor (and the arrays live as
+        # long as the fit, so an id is not reused within a bootstrap call).  Without a cache nothing is shared:
+        # K(X1, X0) is then computed in blocks.
+        pieces = shared_piece(cache, ("first stage", id(self.L_X0)),
+                              lambda: FirstStagePieces(self.X1, self.X0, self.Y0, self.L_X0, self.x_kernel,
+                                                       keep_gram=cache is not None))
+        if pieces.X1 is not self.X1 and not np.array_equal(pieces.X1, self.X1):
+            raise ValueError("fold-arms with one first-stage factor must have the same second-stage units")
+        return pieces
 
 
 class RidgeFold(PseudoOutcomeFold):
