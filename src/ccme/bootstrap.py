@@ -891,7 +891,8 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     """
     _check_boot(n_boot, level)
     role = _roles(arms)
-    how = _bias_reduction(target)
+    # The calls below share each term's β_m(V) (iterated Tikhonov) and the first stage's pieces.
+    how = {**_bias_reduction(target), "per_term": {}, "cache": {}}
     d = res.design.Y.shape[1]
     g = _multipliers(res.n, n_boot, seed)
     one_dim = d == 1
@@ -962,7 +963,7 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
             continue
         floor = 0.0 if term in ("mmd", "kolmogorov", "wasserstein") else None
         # Bias-reduced: centred on the bias-reduced effect (computed as the draws are); plain: on the estimate.
-        middle = centre[term] if how else estimate
+        middle = centre[term] if target == "smoothed" else estimate
         out[term] = [_interval(middle[:, j], centre[term][:, j], stars[term][:, j], level, floor)
                      for j in range(estimate.shape[1])]
     return out
