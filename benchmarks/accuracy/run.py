@@ -268,6 +268,17 @@ def _fmt(values, digits=4) -> str:
     return text
 
 
+def row_commits(rows: list[dict]) -> str:
+    """Which commits computed the rows shown: "rows computed at 3a12a54 (ridge_dr, ...: 180 rows), ..."."""
+    by = {}
+    for r in rows:
+        commit = r["commit"] + (f"+{r['src_diff']}" if r.get("src_diff") else "")
+        by.setdefault(commit, {}).setdefault(r["config"], 0)
+        by[commit][r["config"]] += 1
+    parts = [f"{commit} ({', '.join(configs)}: {sum(configs.values())} rows)" for commit, configs in by.items()]
+    return "rows computed at " + "; ".join(parts)
+
+
 def case_table(case, rows: list[dict], configs: list[str]) -> str:
     """The printed table of one case (means over seeds, ± standard errors with several seeds)."""
     by = {c: [r for r in rows if r["config"] == c] for c in configs}
@@ -448,7 +459,8 @@ def main(argv=None) -> int:
     summary = summary_table([c for c, _, _ in tables], [r for _, rows, _ in tables for r in rows])
     elapsed = time.perf_counter() - started
     footer = (f"total time {elapsed / 60:.1f} min, load average {os.getloadavg()[1]:.1f} over the last 5 min "
-              f"(rows reused from {out.name} are not timed again; the CSV also has each row's CPU seconds)")
+              f"(rows reused from {out.name} are not timed again; the CSV also has each row's CPU seconds)\n"
+              + row_commits([r for _, rows, _ in tables for r in rows]))
     print(summary + "\n" + footer)
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
