@@ -355,3 +355,22 @@ def test_dominance_and_location_shift_tests():
     loc = alt.test_location_shift(newdata=SCALE_PROFILES, n_boot=199)
     assert dom.p_value <= 0.05 and loc.p_value <= 0.05
     assert "dominates" in dom.hypothesis and "location shift" in repr(loc)
+
+
+def test_evaluated_embedding_gives_every_functional_unchanged():
+    """Embedding.evaluated_at keeps the weights at its V-points: same functionals there, the fold-arm's elsewhere."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = ccme.fit(FORMULA, paper_simulation(500, seed=4), seed=4, tune="none", lam1=0.02, lam1_plugin=0.002)
+    emb = fit.embedding(1)
+    at = emb.evaluated_at(v=PAPER_PROFILES)
+    assert type(emb.parts[0]).__name__ == "SplitSecondStage"  # the kept weights are the two terms' sum
+    y = np.linspace(-5, 30, 41)
+    for name, call in (("density", lambda e: e.density(y, v=PAPER_PROFILES, normalize=False)),
+                       ("cdf", lambda e: e.cdf(y, v=PAPER_PROFILES)),
+                       ("mean", lambda e: e.mean(v=PAPER_PROFILES)),
+                       ("quantile", lambda e: e.quantile([0.1, 0.5, 0.9], v=PAPER_PROFILES)),
+                       ("mmd", lambda e: e.mmd(fit.embedding(0), v=PAPER_PROFILES))):
+        np.testing.assert_allclose(call(at), call(emb), rtol=1e-10, atol=1e-13, err_msg=name)
+    other = pd.DataFrame({f"x{j}": [0.3] for j in range(1, 6)})  # not among the kept V-points: computed afresh
+    np.testing.assert_array_equal(at.density(y, v=other), emb.density(y, v=other))

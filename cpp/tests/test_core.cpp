@@ -279,7 +279,7 @@ static void test_cholesky() {
             check_close(naive_product(As, X), B, 1e-12, "cholesky_solve residual");
             for (int t : kThreads)
                 check_equal(cholesky_solve(L, B, t), X, "cholesky_solve 2 vs " + std::to_string(t) + " threads");
-            for (Index q : {Index(1), Index(3), kFewColumns}) {  // few columns: the row-split substitution
+            for (Index q : {Index(1), Index(3), Index(8)}) {  // few columns (one chunk): the bootstrap's weights
                 const MatrixRM b = normal(n, q);
                 const MatrixRM x = cholesky_solve(L, b, 2);
                 check_close(x, naive_solve(L, b), 1e-12, "cholesky_solve, " + std::to_string(q) + " columns, vs loops");

@@ -74,7 +74,8 @@ def effect_estimates(res, V: np.ndarray, q, y_points, alpha=(), arms=(1, 0)) -> 
     ``kolmogorov`` and ``wasserstein`` one column.  ``arms``: the codes (a, b)
     of the arms compared, each effect arm a's functional minus arm b's.
     """
-    emb1, emb0 = res.embeddings[arms[0]], res.embeddings[arms[1]]
+    # Many functionals at a few V-points: each fold-arm's weights there are computed once.
+    emb1, emb0 = (res.embeddings[arm].evaluated_at(v=V) for arm in arms)
     out = {"mean_diff": emb1.mean(v=V) - emb0.mean(v=V)}
     if res.design.Y.shape[1] == 1:
         grid = res.fine_grid()

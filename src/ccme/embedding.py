@@ -233,6 +233,41 @@ class Embedding:
                          cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range, encode=self._encode,
                          arm=self._arm, n_threads=self._n_threads)
 
+    def evaluated_at(self, *, v) -> "Embedding":
+        """The same embedding with every fold-arm's weights computed once at the V-points ``v``.
+
+        Each functional computes the fold-arms' weights c(v) afresh; at a few
+        V-points that is most of the cost of a table of many functionals
+        (the effects of :meth:`ccme.CCMEResult.effect`).  The returned
+        embedding keeps them (:class:`ccme.estimators.base.EvaluatedArm`) and
+        gives the same results; at other V-points it computes them as this one.
+
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points (as for :meth:`weights`).
+
+        Returns
+        -------
+        Embedding
+
+        Examples
+        --------
+        >>> import ccme, numpy as np
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> emb = res.embedding(1)
+        >>> at = emb.evaluated_at(v=ccme.datasets.PAPER_PROFILES)
+        >>> bool(np.allclose(at.cdf([0.0, 5.0], v=ccme.datasets.PAPER_PROFILES),
+        ...                  emb.cdf([0.0, 5.0], v=ccme.datasets.PAPER_PROFILES)))
+        True
+        """
+        from .estimators.base import EvaluatedArm
+
+        V = self._v(v)
+        parts = [EvaluatedArm(part, V, self._n_threads) for part in self.parts]
+        return Embedding(parts, self._y_kernel, cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel,
+                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads)
+
     def with_readout(self, y_kernel: Kernel, *, cdf_kernel: Kernel | None = None) -> "Embedding":
         """The same embedding read out with other outcome kernels (the fitted weights are shared).
 

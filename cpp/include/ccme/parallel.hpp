@@ -43,8 +43,6 @@ using CVRef = Eigen::Ref<const Eigen::VectorXd>;
 // number of threads).
 constexpr Index kCholTile = 256;       // tile of the blocked Cholesky / Gram fill
 constexpr Index kSolveChunk = 128;     // column chunk of triangular solves
-constexpr Index kFewColumns = 8;       // solves with at most this many columns are split by rows instead
-constexpr Index kSolveRows = 64;       // row chunk of those solves' updates
 constexpr Index kRowTile = 256;        // row tile for kernel blocks in contractions
 constexpr Index kGramRowTile = 64;     // tiles of gram()/atom_features()
 constexpr Index kGramColTile = 1024;

@@ -722,6 +722,53 @@ class FactoredArm(FoldArm):
                           scale, n_threads)
 
 
+class EvaluatedArm(FoldArm):
+    """A fold-arm with its weights c(v) computed once at fixed V-points (:meth:`ccme.Embedding.evaluated_at`).
+
+    Every functional at those V-points reads the kept weights, so a table of
+    many functionals at a few V-points (:func:`ccme.effects.effect_estimates`)
+    computes each fold-arm's weights once instead of once per functional;
+    at other V-points it is the fold-arm it was made from.
+
+    Parameters
+    ----------
+    part : FoldArm
+        The fold-arm.
+    V : ndarray (n_v, d_v)
+        The V-points (encoded).
+    n_threads : int, default 0
+    """
+
+    def __init__(self, part: FoldArm, V: np.ndarray, n_threads: int = 0):
+        self.part = part
+        self.V = np.array(V, dtype=np.float64, copy=True)
+        self._atoms, self.c = part.weights(self.V, n_threads)
+        self.atom_units = part.atom_units
+
+    @property
+    def atoms(self) -> np.ndarray:
+        return self._atoms
+
+    def _kept(self, V_eval) -> bool:
+        V_eval = np.asarray(V_eval)
+        return V_eval.shape == self.V.shape and np.array_equal(V_eval, self.V)
+
+    def weights(self, V_eval, n_threads: int = 0):
+        """The kept atoms and weights at the fixed V-points; elsewhere the fold-arm's."""
+        return (self._atoms, self.c) if self._kept(V_eval) else self.part.weights(V_eval, n_threads)
+
+    def contract(self, V_eval, points, feature, y_kernel, out, scale: float, n_threads: int = 0):
+        """``out += scale × Σ_k c_k(v) F(y_k, point)`` from the kept weights (:func:`project_atoms`, in blocks)."""
+        if not self._kept(V_eval):
+            self.part.contract(V_eval, points, feature, y_kernel, out, scale, n_threads)
+            return
+        out += scale * project_atoms(self._atoms, lambda F, start, stop: self.c[start:stop].T @ F, self.c.shape[1],
+                                     points, feature, y_kernel, out.shape[1], n_threads)
+
+    def diagnostics(self) -> dict:
+        return self.part.diagnostics()
+
+
 def contract_factored(atoms, loadings, coefficients, V_eval, points, feature, y_kernel, out, scale, n_threads=0):
     """``out += scale × h(V)ᵀ (Lᵀ F)`` with F the atoms' features at ``points``, in blocks.
 
