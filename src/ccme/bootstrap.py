@@ -93,12 +93,14 @@ The bootstrap needs the linear second stage, so it is available for
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ._backend import max_threads as _backend_threads
 from ._backend import serial_blas
 from .embedding import invert_cdf, normalized_cdf, tail_means
 from .errors import DataError, ParameterError
@@ -253,6 +255,7 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     per_term = {} if per_term is None else per_term
     features = {} if features is None else features
     n_threads = res.embeddings[arm].n_threads
+    _iterated_weights(parts, V, order, per_term, n_threads)
     out = []
     for k, terms in enumerate(parts):
         # A split fold-arm's terms share their units, so the same multipliers perturb both (_Linear.perturb).
@@ -260,9 +263,6 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
             if (k, t, feature) not in features:
                 features[(k, t, feature)] = part.unit_features(points, feature, kernel, n_threads, cache)
             P = features[(k, t, feature)]
-            if ("beta", id(part)) not in per_term:
-                per_term[("beta", id(part))] = iterated_tikhonov(part, part.beta(V, n_threads) / len(parts), order,
-                                                                 n_threads)
             beta = per_term[("beta", id(part))]
             R = part.residual_features(P, n_threads)
             if leverage and ("h", id(part)) not in per_term:
@@ -276,6 +276,31 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
             if influence is not None:
                 out.append(_Linear(units=influence.units, beta=influence.weights, P=None, R=influence.residuals))
     return out
+
+
+def _iterated_weights(parts: list, V, order: int, per_term: dict, n_threads: int) -> None:
+    """Each term's β_m(V) (:func:`iterated_tikhonov`) into ``per_term``, the terms' chains side by side.
+
+    A chain is order − 1 solves in sequence, each with as many right-hand
+    sides as V-points: too little work to split (a split solve waits at a
+    barrier per block, slowly on a loaded machine), so the terms' chains run
+    in parallel instead, one thread each (``n_threads`` of them, 0: the
+    core's default), each with the core's serial solve.  Every chain is
+    computed the same way whatever the number of threads.
+    """
+    todo = [part for terms in parts for part in terms if ("beta", id(part)) not in per_term]
+
+    def chain(part):
+        return iterated_tikhonov(part, part.beta(V, 1) / len(parts), order, 1)
+
+    workers = min(len(todo), n_threads or _backend_threads())
+    if workers > 1 and order > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            done = list(pool.map(chain, todo))
+    else:
+        done = [chain(part) for part in todo]
+    for part, beta in zip(todo, done):
+        per_term[("beta", id(part))] = beta
 
 
 def _mass_linear(res, arm, V, **how) -> list:
