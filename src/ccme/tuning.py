@@ -153,6 +153,10 @@ Y_BANDWIDTH_FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
 #: Whether ``tune="auto"`` of the neural estimators also chooses the outcome read-out bandwidth
 #: (:func:`tune_readout`, as for the ridge estimator).
 NEURAL_READOUT_SEARCH = True
+#: Whether ``tune="auto"`` of the Neural-Kernel estimator chooses its number of grid points M over
+#: :data:`NEURAL_KERNEL_M_GRID` by validation loss (:mod:`ccme.estimators.neural_tuning`).
+NEURAL_KERNEL_M_SEARCH = 0
+NEURAL_KERNEL_M_GRID = (10, 20, 40)
 _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")
 #: Deep Feature's penalty grid for ``tune="auto"`` (ΨᵀΨ + nλI, both stages):
 #: coarser than the ridge's because each value trains a network
@@ -348,6 +352,8 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
             grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID} if method == "deep_feature" else {}
             if NEURAL_READOUT_SEARCH:
                 grids["y_bandwidth"] = Y_BANDWIDTH_FACTORS
+            if method == "neural_kernel" and NEURAL_KERNEL_M_SEARCH:
+                grids["M"] = NEURAL_KERNEL_M_GRID
         else:
             return {}
     elif isinstance(tune, dict):
