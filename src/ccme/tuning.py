@@ -154,7 +154,9 @@ Y_BANDWIDTH_FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
 #: (:func:`tune_readout`, as for the ridge estimator).
 NEURAL_READOUT_SEARCH = True
 #: Whether ``tune="auto"`` of the Neural-Kernel estimator chooses its number of grid points M over
-#: :data:`NEURAL_KERNEL_M_GRID` by validation loss (:mod:`ccme.estimators.neural_tuning`).
+#: :data:`NEURAL_KERNEL_M_GRID` by validation loss (:mod:`ccme.estimators.neural_tuning`).  Off: on the zoo's
+#: "choose" split (n = 1000, seeds 1, 2; ``results/neural_kernel_m_choose.txt``) it raised the ISE (geometric mean
+#: 1.035, worse on 9 of 14 case-arms) at 1.7 times the fitting time.
 NEURAL_KERNEL_M_SEARCH = 0
 NEURAL_KERNEL_M_GRID = (10, 20, 40)
 _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")
@@ -352,8 +354,8 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
             grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID} if method == "deep_feature" else {}
             if NEURAL_READOUT_SEARCH:
                 grids["y_bandwidth"] = Y_BANDWIDTH_FACTORS
-            if method == "neural_kernel" and NEURAL_KERNEL_M_SEARCH:
-                grids["M"] = NEURAL_KERNEL_M_GRID
+            if method == "neural_kernel" and NEURAL_KERNEL_M_SEARCH and "grid" not in user_keys:
+                grids["M"] = NEURAL_KERNEL_M_GRID  # a user's grid array sets M
         else:
             return {}
     elif isinstance(tune, dict):
