@@ -89,6 +89,16 @@ the two arms share the same regression function, so the bias cancels from
 
 The bootstrap needs the linear second stage, so it is available for
 ``method="ridge"``; other estimators raise a ParameterError.
+
+Cost.  The public functions run with one BLAS thread (:func:`ccme._backend.serial_blas`):
+their parallel work is the compiled core's, and OpenBLAS's threads, which
+spin for a while after each numpy product, would take its cores.  Within
+one call the terms' iterated-Tikhonov chains run side by side
+(:func:`_iterated_weights`), and what a first stage gives every term alike
+(its cross-Gram and solved features, shared by a split fold-arm's two terms
+and their undersmoothed refits) is computed once (the ``cache`` of
+:meth:`ccme.estimators.base.LinearSecondStage.unit_features`);
+``benchmarks/inference/bands_cost.py`` times the bands and intervals.
 """
 
 from __future__ import annotations
