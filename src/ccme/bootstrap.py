@@ -87,8 +87,10 @@ the two arms share the same regression function, so the bias cancels from
 μ̂₁ − μ̂₀ and the test keeps the plain construction
 (``benchmarks/calibration.py`` measures its size and power).
 
-The bootstrap needs the linear second stage, so it is available for
-``method="ridge"``; other estimators raise a ParameterError.
+The bootstrap needs a linear second stage, so it is available for
+``method="ridge"`` (every path) and ``"deep_feature"`` (ridge in its learned
+features, which it holds fixed); ``"neural_kernel"`` raises a ParameterError
+naming the methods that support it.
 
 Cost.  The public functions run with one BLAS thread (:func:`ccme._backend.serial_blas`):
 their parallel work is the compiled core's, and OpenBLAS's threads, which
