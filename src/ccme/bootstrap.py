@@ -96,7 +96,7 @@ Cost.  The public functions run with one BLAS thread (:func:`ccme._backend.seria
 their parallel work is the compiled core's, and OpenBLAS's threads, which
 spin for a while after each numpy product, would take its cores.  Within
 one call the terms' iterated-Tikhonov chains run side by side
-(:func:`_iterated_weights`), and what a first stage gives every term alike
+(:func:`_term_work`), and what a first stage gives every term alike
 (its cross-Gram and solved features, shared by a split fold-arm's two terms
 and their undersmoothed refits) is computed once (the ``cache`` of
 :meth:`ccme.estimators.base.LinearSecondStage.unit_features`);
@@ -267,7 +267,7 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     per_term = {} if per_term is None else per_term
     features = {} if features is None else features
     n_threads = res.embeddings[arm].n_threads
-    _iterated_weights(parts, V, order, per_term, n_threads)
+    _term_work(parts, V, order, per_term, n_threads, leverage)
     out = []
     for k, terms in enumerate(parts):
         # A split fold-arm's terms share their units, so the same multipliers perturb both (_Linear.perturb).
@@ -277,8 +277,6 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
             P = features[(k, t, feature)]
             beta = per_term[("beta", id(part))]
             R = part.residual_features(P, n_threads)
-            if leverage and ("h", id(part)) not in per_term:
-                per_term[("h", id(part))] = part.leverages(n_threads)
             h = per_term[("h", id(part))] if leverage else None
             if h is not None:  # towards leave-one-out residuals (LinearSecondStage.leverages)
                 R = R / np.maximum(1.0 - h, 1e-12)[:, None] ** leverage  # 1 − H_ii = s [(K + sI)⁻¹]_ii > 0
@@ -290,29 +288,34 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     return out
 
 
-def _iterated_weights(parts: list, V, order: int, per_term: dict, n_threads: int) -> None:
-    """Each term's β_m(V) (:func:`iterated_tikhonov`) into ``per_term``, the terms' chains side by side.
+def _term_work(parts: list, V, order: int, per_term: dict, n_threads: int, leverage: float) -> None:
+    """Each term's β_m(V) (:func:`iterated_tikhonov`) and, with ``leverage``, its leverages, into ``per_term``.
 
     A chain is order − 1 solves in sequence, each with as many right-hand
     sides as V-points: too little work to split (a split solve waits at a
-    barrier per block, slowly on a loaded machine), so the terms' chains run
-    in parallel instead, one thread each (``n_threads`` of them, 0: the
-    core's default), each with the core's serial solve.  Every chain is
-    computed the same way whatever the number of threads.
+    barrier per block, slowly on a loaded machine), and the leverages run
+    one BLAS thread here (:func:`ccme._backend.serial_blas`); so the terms'
+    chains and leverages run side by side instead, one thread each
+    (``n_threads`` of them, 0: the core's default), each computed the same
+    way whatever the number of threads.
     """
-    todo = [part for terms in parts for part in terms if ("beta", id(part)) not in per_term]
+    jobs = [(kind, part) for terms in parts for part in terms
+            for kind in (("beta", "h") if leverage else ("beta",)) if (kind, id(part)) not in per_term]
 
-    def chain(part):
+    def run(job):
+        kind, part = job
+        if kind == "h":
+            return part.leverages(1)
         return iterated_tikhonov(part, part.beta(V, 1) / len(parts), order, 1)
 
-    workers = min(len(todo), n_threads or _backend_threads())
-    if workers > 1 and order > 1:
+    workers = min(len(jobs), n_threads or _backend_threads())
+    if workers > 1 and (order > 1 or leverage):
         with ThreadPoolExecutor(workers) as pool:
-            done = list(pool.map(chain, todo))
+            done = list(pool.map(run, jobs))
     else:
-        done = [chain(part) for part in todo]
-    for part, beta in zip(todo, done):
-        per_term[("beta", id(part))] = beta
+        done = [run(job) for job in jobs]
+    for (kind, part), value in zip(jobs, done):
+        per_term[(kind, id(part))] = value
 
 
 def _mass_linear(res, arm, V, **how) -> list:
