@@ -48,3 +48,22 @@ def test_cached_pieces_give_the_uncached_results(data, approx):
     if approx == "exact":  # one set of pieces per fold, whatever the terms and refits
         pieces = [v for v in cache.values() if isinstance(v, FirstStagePieces)]
         assert len(pieces) == len(res.folds)
+
+
+def test_low_rank_refits_share_their_features_and_match_the_unshared_ones(data):
+    """The terms of a split low-rank fold-arm share the refit's Nyström features; each refit is unchanged."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ccme.fit("y ~ a | x1 + x2 | x3 + x4", data, seed=3, approx="lowrank", lam1=0.02, lam1_plugin=0.002,
+                       tune="none")
+    V = res.design.V[:4]
+    cache = {}
+    for terms in _linear_parts(res, 1):
+        V_units = res.design.V[terms[0].units]
+        shared = [t.undersmoothed(0.5, 0.2, V_units, cache=cache) for t in terms]
+        assert shared[0].v_map is shared[1].v_map  # one landmark selection for both terms
+        for term, refit in zip(terms, shared):
+            alone = term.undersmoothed(0.5, 0.2, V_units)
+            np.testing.assert_array_equal(refit.Phi, alone.Phi)
+            np.testing.assert_allclose(refit.loadings0, alone.loadings0, rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(refit.weights(V)[1], alone.weights(V)[1], rtol=1e-6, atol=1e-9)

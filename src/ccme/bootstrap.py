@@ -229,7 +229,7 @@ def simultaneous_v_factor(n: int) -> float:
     return float(max(int(n), 2) ** -SIMULTANEOUS_UNDERSMOOTHING)
 
 
-def _undersmoothed_parts(res, arm: int) -> list | None:
+def _undersmoothed_parts(res, arm: int, cache: dict | None = None) -> list | None:
     """:func:`_linear_parts` refitted for the simultaneous bands; None if a term cannot be.
 
     Each term's second stage is refitted with the V bandwidths ×
@@ -240,7 +240,8 @@ def _undersmoothed_parts(res, arm: int) -> list | None:
     factor = simultaneous_v_factor(res.n)
     parts = []
     for terms in _linear_parts(res, arm):
-        narrowed = tuple(term.undersmoothed(factor, SIMULTANEOUS_PENALTY, V[term.units], n_threads)
+        V_units = V[terms[0].units]  # a split fold-arm's terms share their units
+        narrowed = tuple(term.undersmoothed(factor, SIMULTANEOUS_PENALTY, V_units, n_threads, cache)
                          for term in terms)
         if any(term is None for term in narrowed):
             return None
@@ -582,7 +583,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     shared = {"features": features, "cache": cache}
     estimate, mass, lin, lin_mass = _unit_mass(res, arm, V, y, feature, kernel, {**pointwise, **shared})
     g = _multipliers(res.n, n_boot, seed)
-    narrowed = _undersmoothed_parts(res, arm) if small_sample else None
+    narrowed = _undersmoothed_parts(res, arm, cache) if small_sample else None
     if narrowed is not None:
         centre_s, mass_s, lin_s, lin_mass_s = _unit_mass(res, arm, V, y, feature, kernel,
                                                          {**how, **shared, "parts": narrowed,

@@ -370,7 +370,7 @@ class LinearSecondStage(ABC):
         return None
 
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
-                      n_threads: int = 0) -> "LinearSecondStage | None":
+                      n_threads: int = 0, cache=None) -> "LinearSecondStage | None":
         """This second stage refitted with the V bandwidths × ``factor`` and λ₁ × ``penalty_factor``; None if it cannot be.
 
         The same units, pseudo-outcomes and first stage; only the smoothing
@@ -378,9 +378,11 @@ class LinearSecondStage(ABC):
         the variance larger.  The simultaneous bands are computed from it
         (:func:`ccme.bootstrap.bands`, :data:`ccme.bootstrap.SIMULTANEOUS_UNDERSMOOTHING`).
         ``V_units`` holds the second-stage units' V (the design's rows
-        :attr:`units`), for an implementation that does not keep them.  The
-        default, None, is for a second stage without a V kernel (ridge in
-        learned features): the bands then keep one construction.
+        :attr:`units`), for an implementation that does not keep them;
+        ``cache``, the bootstrap's per-call dict (:meth:`unit_features`), in
+        which the terms of a split fold-arm may share what their refits have
+        in common.  The default, None, is for a second stage without a V
+        kernel (ridge in learned features): the bands then keep one construction.
         """
         return None
 

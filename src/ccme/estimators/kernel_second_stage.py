@@ -52,7 +52,7 @@ class KernelRidgeSecondStage(LinearSecondStage):
         return 1.0 - self.shift * np.einsum("ki,ki->i", L_inv, L_inv)
 
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
-                      n_threads: int = 0) -> "KernelRidgeSecondStage":
+                      n_threads: int = 0, cache=None) -> "KernelRidgeSecondStage":
         """This fold-arm refactored at the V bandwidths × ``factor`` and λ₁ × ``penalty_factor``; units and first stage kept.
 
         ``V_units`` is not needed: the fold-arm keeps V1.  One n × n

@@ -422,13 +422,21 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         return beta if self.w1 is None else self.w1[:, None] * beta
 
     def _first_stage_features(self, n_threads: int, cache) -> tuple[np.ndarray, np.ndarray]:
-        """(Ψ₀ = ψ(X0) at the fit's rounding, Ψ₁ = ψ(X1)), recomputed from X0, X1 (kept in the bootstrap's ``cache``)."""
+        """(Ψ₀ = ψ(X0) at the fit's rounding, Ψ₁ = ψ(X1)), recomputed from X0, X1 (kept in the bootstrap's ``cache``).
+
+        The terms of a split fold-arm and their refits share the feature map ψ
+        (and the map lives as long as the fit, so its id is not reused within
+        a bootstrap call); their X0 and X1 are checked to be the same.
+        """
         def compute():
             Psi0 = self.x_map(self.X0, n_threads).astype(STORAGE).astype(np.float64)  # the rounding of the fit
-            return Psi0, self.x_map(self.X1, n_threads)
+            return self.X0, self.X1, Psi0, self.x_map(self.X1, n_threads)
 
-        # The fold-arm's arrays live as long as the fit, so their ids are not reused within a bootstrap call.
-        return shared_piece(cache, ("low-rank first stage", id(self.x_map), id(self.X0), id(self.X1)), compute)
+        X0, X1, Psi0, Psi1 = shared_piece(cache, ("low-rank first stage", id(self.x_map)), compute)
+        for mine, kept in ((self.X0, X0), (self.X1, X1)):
+            if mine is not kept and not np.array_equal(mine, kept):
+                raise ValueError("fold-arms with one first-stage feature map must have the same units")
+        return Psi0, Psi1
 
     def _first_stage_smooth(self, F0: np.ndarray, n_threads: int, cache=None) -> tuple[np.ndarray, np.ndarray]:
         """(Ψ₀, G₀⁻¹ Ψ₀ᵀ W₀ F0): the first stage's coefficients for targets F0."""
@@ -493,7 +501,7 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
 
     @serial_blas
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
-                      n_threads: int = 0) -> "LowRankFoldArm":
+                      n_threads: int = 0, cache=None) -> "LowRankFoldArm":
         """This fold-arm with Nyström features of the V kernel at bandwidths × ``factor``, λ₁ × ``penalty_factor``.
 
         The fold-arm keeps φ(V1), not V1, so the units' V comes in ``V_units``.
@@ -507,15 +515,24 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         kernel = self.v_map.kernel.narrowed(factor)
         s = LOWRANK_DEFAULTS
         rank_tol = min(s["rank_tol"], max(self.v_map.residual, 1e-12))
-        v_map, Phi = NystromFeatures.select(V_units, kernel, rank_tol=rank_tol,
-                                            max_rank=max(s["max_rank"], self.v_map.rank), pool=s["landmark_pool"],
-                                            seed=0, n_threads=n_threads, dtype=STORAGE)
-        Phi = Phi.astype(STORAGE, copy=False)
+
+        def select():
+            v_map, Phi = NystromFeatures.select(V_units, kernel, rank_tol=rank_tol,
+                                                max_rank=max(s["max_rank"], self.v_map.rank),
+                                                pool=s["landmark_pool"], seed=0, n_threads=n_threads, dtype=STORAGE)
+            return V_units, v_map, Phi.astype(STORAGE, copy=False)
+
+        # The terms of a split fold-arm share the fit's V features, so they share the refit's as well.
+        kept_V, v_map, Phi = shared_piece(cache, ("undersmoothed V features", id(self.v_map), float(factor)), select)
+        if kept_V is not V_units and not np.array_equal(kept_V, V_units):
+            raise ValueError("fold-arms with one V feature map must have the same second-stage units")
         loadings0 = np.zeros((0, Phi.shape[1]), dtype=STORAGE)
         if self.x_map is not None:
-            Psi0 = self.x_map(self.X0, n_threads, STORAGE)
+            Psi0 = shared_piece(cache, ("first-stage features, stored", id(self.x_map)),
+                                lambda: self.x_map(self.X0, n_threads, STORAGE))
+            Psi1 = None if cache is None else self._first_stage_features(n_threads, cache)[1]
             loadings0 = first_stage_loadings(Phi, self.x_map, self.X1, Psi0, self.chol0, self.pseudo.b, self.w1,
-                                             self.w0, n_threads)
+                                             self.w0, n_threads, Psi1=Psi1)
         shift = self.shift * penalty_factor
         return replace(self, v_map=v_map, Phi=Phi, chol=_gram_chol(Phi, shift, self.w1), shift=shift, loadings0=loadings0,
                        trace_error={**self.trace_error, "V": _trace_error(Phi)})
@@ -569,16 +586,18 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
                    atom_units=state["atom_units"], trace_error=dict(state["trace_error"]), w1=w1, w0=w0)
 
 
-def first_stage_loadings(Phi, x_map, X1, Psi0, chol0, b, w1=None, w0=None, n_threads: int = 0) -> np.ndarray:
+def first_stage_loadings(Phi, x_map, X1, Psi0, chol0, b, w1=None, w0=None, n_threads: int = 0,
+                         Psi1=None) -> np.ndarray:
     """Ψ₀M, M = G₀⁻¹ Ψ₁ᵀ diag(b ∘ w₁) Φ (W₀Ψ₀M with weights): c₀(v) = Ψ₀M h(v) on the first-stage atoms.
 
     Accumulated over blocks of units so that Ψ₁ = ψ(X1) (n × r₀) is never held
-    whole; stored as :data:`STORAGE`.
+    whole, unless the caller has it (``Psi1``); stored as :data:`STORAGE`.
     """
     bw = b if w1 is None else b * w1
     PtB = np.zeros((x_map.rank, Phi.shape[1]))
     for s, B in _blocks(Phi):
-        PtB += x_map(X1[s:s + len(B)], n_threads).T @ (bw[s:s + len(B), None] * B)
+        block = x_map(X1[s:s + len(B)], n_threads) if Psi1 is None else Psi1[s:s + len(B)]
+        PtB += block.T @ (bw[s:s + len(B), None] * B)
     M = cho_solve((chol0, True), PtB, check_finite=False)
     loadings0 = np.empty((len(Psi0), Phi.shape[1]), dtype=STORAGE)
     for s, B in _blocks(Psi0):
