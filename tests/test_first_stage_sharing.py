@@ -46,7 +46,7 @@ def test_cached_pieces_give_the_uncached_results(data, approx):
                 np.testing.assert_allclose(got.weights, want.weights, rtol=1e-10, atol=1e-14)
                 np.testing.assert_allclose(got.residuals, want.residuals, rtol=1e-12, atol=1e-14)
     if approx == "exact":  # one set of pieces per fold, whatever the terms and refits
-        pieces = [v for v in cache.values() if isinstance(v, FirstStagePieces)]
+        pieces = [v for _, v in cache.values() if isinstance(v, FirstStagePieces)]  # (inputs, piece) entries
         assert len(pieces) == len(res.folds)
 
 

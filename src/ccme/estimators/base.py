@@ -402,14 +402,24 @@ class LinearSecondStage(ABC):
         return None
 
 
-def shared_piece(cache: dict | None, key: tuple, compute):
+def shared_piece(cache: dict | None, key: tuple, compute, inputs: tuple = ()):
     """``compute()``, kept in ``cache`` under ``key`` (the bootstrap's per-call dict, see
-    :meth:`LinearSecondStage.unit_features`); computed afresh without a cache."""
+    :meth:`LinearSecondStage.unit_features`); computed afresh without a cache.
+
+    ``key`` names what the piece belongs to (e.g. the id of a first stage's
+    factor, shared by a split fold-arm's terms and their refits, which live as
+    long as the fit, so an id is not reused within a call); ``inputs`` are the
+    arrays it was computed from, which every later caller must hold too (the
+    same object, or equal values: the terms keep their own copies).
+    """
     if cache is None:
         return compute()
     if key not in cache:
-        cache[key] = compute()
-    return cache[key]
+        cache[key] = (inputs, compute())
+    kept, value = cache[key]
+    if any(mine is not had and not np.array_equal(mine, had) for mine, had in zip(inputs, kept)):
+        raise ValueError(f"fold-arms sharing {key[0]!r} must have the same inputs")
+    return value
 
 
 @dataclass(frozen=True)

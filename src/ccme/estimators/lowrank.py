@@ -424,19 +424,13 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
     def _first_stage_features(self, n_threads: int, cache) -> tuple[np.ndarray, np.ndarray]:
         """(Ψ₀ = ψ(X0) at the fit's rounding, Ψ₁ = ψ(X1)), recomputed from X0, X1 (kept in the bootstrap's ``cache``).
 
-        The terms of a split fold-arm and their refits share the feature map ψ
-        (and the map lives as long as the fit, so its id is not reused within
-        a bootstrap call); their X0 and X1 are checked to be the same.
+        The terms of a split fold-arm and their refits share the feature map ψ.
         """
         def compute():
-            Psi0 = self.x_map(self.X0, n_threads).astype(STORAGE).astype(np.float64)  # the rounding of the fit
-            return self.X0, self.X1, Psi0, self.x_map(self.X1, n_threads)
+            Psi0 = self.x_map(self.X0, n_threads, STORAGE).astype(np.float64)  # the rounding of the fit
+            return Psi0, self.x_map(self.X1, n_threads)
 
-        X0, X1, Psi0, Psi1 = shared_piece(cache, ("low-rank first stage", id(self.x_map)), compute)
-        for mine, kept in ((self.X0, X0), (self.X1, X1)):
-            if mine is not kept and not np.array_equal(mine, kept):
-                raise ValueError("fold-arms with one first-stage feature map must have the same units")
-        return Psi0, Psi1
+        return shared_piece(cache, ("low-rank first stage", id(self.x_map)), compute, inputs=(self.X0, self.X1))
 
     def _first_stage_smooth(self, F0: np.ndarray, n_threads: int, cache=None) -> tuple[np.ndarray, np.ndarray]:
         """(Ψ₀, G₀⁻¹ Ψ₀ᵀ W₀ F0): the first stage's coefficients for targets F0."""
@@ -520,17 +514,17 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
             v_map, Phi = NystromFeatures.select(V_units, kernel, rank_tol=rank_tol,
                                                 max_rank=max(s["max_rank"], self.v_map.rank),
                                                 pool=s["landmark_pool"], seed=0, n_threads=n_threads, dtype=STORAGE)
-            return V_units, v_map, Phi.astype(STORAGE, copy=False)
+            return v_map, Phi.astype(STORAGE, copy=False)
 
         # The terms of a split fold-arm share the fit's V features, so they share the refit's as well.
-        kept_V, v_map, Phi = shared_piece(cache, ("undersmoothed V features", id(self.v_map), float(factor)), select)
-        if kept_V is not V_units and not np.array_equal(kept_V, V_units):
-            raise ValueError("fold-arms with one V feature map must have the same second-stage units")
+        v_map, Phi = shared_piece(cache, ("undersmoothed V features", id(self.v_map), float(factor)), select,
+                                  inputs=(V_units,))
         loadings0 = np.zeros((0, Phi.shape[1]), dtype=STORAGE)
         if self.x_map is not None:
-            Psi0 = shared_piece(cache, ("first-stage features, stored", id(self.x_map)),
-                                lambda: self.x_map(self.X0, n_threads, STORAGE))
-            Psi1 = None if cache is None else self._first_stage_features(n_threads, cache)[1]
+            if cache is None:  # nothing kept: Ψ₀ as stored, Ψ₁ = ψ(X1) a block at a time
+                Psi0, Psi1 = self.x_map(self.X0, n_threads, STORAGE), None
+            else:  # the bootstrap's Ψ₀ holds the stored (rounded) values in float64: the same loadings
+                Psi0, Psi1 = self._first_stage_features(n_threads, cache)
             loadings0 = first_stage_loadings(Phi, self.x_map, self.X1, Psi0, self.chol0, self.pseudo.b, self.w1,
                                              self.w0, n_threads, Psi1=Psi1)
         shift = self.shift * penalty_factor

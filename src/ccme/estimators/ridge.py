@@ -250,15 +250,11 @@ class RidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
 
     def _first_stage_pieces(self, cache) -> "FirstStagePieces":
         """This fold's :class:`FirstStagePieces`, shared through ``cache`` by the fold-arms of one first stage."""
-        # The terms of a split fold-arm and their refits share the first stage's factor (and the arrays live as
-        # long as the fit, so an id is not reused within a bootstrap call).  Without a cache nothing is shared:
-        # K(X1, X0) is then computed in blocks.
-        pieces = shared_piece(cache, ("first stage", id(self.L_X0)),
-                              lambda: FirstStagePieces(self.X1, self.X0, self.Y0, self.L_X0, self.x_kernel,
-                                                       keep_gram=cache is not None))
-        if pieces.X1 is not self.X1 and not np.array_equal(pieces.X1, self.X1):
-            raise ValueError("fold-arms with one first-stage factor must have the same second-stage units")
-        return pieces
+        # The terms of a split fold-arm and their refits share the first stage's factor.  Without a cache nothing
+        # is shared: K(X1, X0) is then computed in blocks.
+        return shared_piece(cache, ("first stage", id(self.L_X0)),
+                            lambda: FirstStagePieces(self.X1, self.X0, self.Y0, self.L_X0, self.x_kernel,
+                                                     keep_gram=cache is not None), inputs=(self.X1,))
 
 
 class RidgeFold(PseudoOutcomeFold):
