@@ -17,7 +17,9 @@ torch = pytest.importorskip("torch")
 
 import ccme  # noqa: E402
 from ccme.estimators import DEEP_FEATURE_DEFAULTS  # noqa: E402
-from ccme.tuning import NEURAL_LAMBDA_GRID  # noqa: E402
+from ccme.estimators.base import SplitSecondStage  # noqa: E402
+from ccme.estimators.training import stage_histories  # noqa: E402
+from ccme.tuning import DEEP_FEATURE_PLUGIN_GRID, NEURAL_LAMBDA_GRID  # noqa: E402
 
 SMALL = "y ~ a | x1 + x2 | x3 + x4"
 QUICK = dict(epochs=(15, 10), patience=4, hidden=(8,), M=6, progress=False, seed=3, propensity="logistic")
@@ -66,7 +68,7 @@ def test_auto_chooses_the_argmin_of_each_recorded_curve(tuned):
 def test_tuned_fit_equals_the_untuned_fit_at_the_chosen_values(data, tuned):
     """The first fold's networks kept from tuning are exactly those a fit with the chosen λ trains."""
     chosen = tuned.tuning.chosen
-    plain = _fit(data, tune="none", lam0=chosen["lam0"], lam1=chosen["lam1"])
+    plain = _fit(data, tune="none", lam0=chosen["lam0"], lam1=chosen["lam1"], lam1_plugin=chosen["lam1_plugin"])
     V = tuned.design.V[:7]
     for arm in (1, 0):  # the weights: the tuned fit's read-out bandwidth is chosen too, the plain one's is the rule
         for got, want in zip(tuned.embeddings[arm].weights(v=V), plain.embeddings[arm].weights(v=V)):
@@ -77,11 +79,11 @@ def test_recorded_criterion_is_the_refit_validation_loss(data, tuned):
     """Each λ₁ curve's value at a grid point = the best stage-2 validation loss of a fit with that λ₁."""
     curve = next(c for c in _curves(tuned, "lam1") if c.arm == 1)
     part = tuned.embeddings[1].parts[0]
-    assert min(part.history[2].validation) == curve.criterion[np.argmin(curve.criterion)]
+    assert min(stage_histories(part)[2].validation) == curve.criterion[np.argmin(curve.criterion)]
     other = int(np.argmax(curve.criterion))
     chosen = tuned.tuning.chosen
     refit = _fit(data, tune="none", lam0=chosen["lam0"], lam1={1: float(curve.values[other]), 0: chosen["lam1"][0]})
-    assert min(refit.embeddings[1].parts[0].history[2].validation) == pytest.approx(curve.criterion[other],
+    assert min(stage_histories(refit.embeddings[1].parts[0])[2].validation) == pytest.approx(curve.criterion[other],
                                                                                        rel=1e-12)
 
 
@@ -160,7 +162,8 @@ def test_plot_tuning_and_summary(tuned):
     import matplotlib.pyplot as plt
 
     axes = tuned.plot_tuning()
-    assert [a.get_xlabel() for a in axes] == ["λ₀ (stage 1)", "λ₁ (stage 2)", "outcome bandwidth σ_y",
+    assert [a.get_xlabel() for a in axes] == ["λ₀ (stage 1)", "λ₁ (stage 2)", "λ₁ᵖ (stage 2, plug-in part)",
+                                              "outcome bandwidth σ_y",
                                               "epoch (stage 1, early stopping)", "epoch (stage 2, early stopping)"]
     assert len(axes[0].get_lines()) == 4      # two arms: curve + chosen marker each
     plt.close(axes[0].figure)
@@ -186,3 +189,68 @@ def test_deep_feature_atoms_know_their_units(data, tuned):
     for arm in (1, 0):
         for part in tuned.embeddings[arm].parts:
             np.testing.assert_array_equal(part.atoms, Y[part.atom_units])
+
+
+def test_plugin_penalty_is_the_argmin_of_its_leave_one_out_curve(tuned):
+    """λ₁ᵖ of each arm: the recorded curve's argmin, and each fold-arm split with it (DR, tune="auto")."""
+    curves = _curves(tuned, "lam1_plugin")
+    assert sorted(c.arm for c in curves) == [0, 1]
+    for c in curves:
+        np.testing.assert_array_equal(c.values, DEEP_FEATURE_PLUGIN_GRID)
+        assert np.all(np.isfinite(c.criterion)) and c.chosen == c.values[np.argmin(c.criterion)]
+        assert tuned.penalties["lam1_plugin"][c.arm] == c.chosen
+        assert all(isinstance(part, SplitSecondStage) for part in tuned.embeddings[c.arm].parts)
+    assert "lambda1, plug-in part" in str(tuned.summary())
+
+
+def test_plugin_penalty_curve_equals_brute_force_leave_one_out():
+    """plugin_penalty_curve = (1/n) Σ_i ‖μ̂₀(X_i) − f̂₋ᵢ(v_i)‖² from n refits without unit i (numpy twin)."""
+    from ccme.estimators.deep_feature import _FirstStage, plugin_penalty_curve
+    from ccme.kernels import Kernel
+
+    rng = np.random.default_rng(0)
+    n, M, M0, m = 40, 5, 4, 30
+    Psi, Psi01 = rng.normal(size=(n, M)), rng.normal(size=(n, M0))
+    P0, Y0 = rng.normal(size=(m, M0)), rng.normal(size=(m, 1))
+    kernel = Kernel("gaussian", np.array([0.7]))
+    first = _FirstStage(Psi01=Psi01, P0=P0, Y0=Y0, rows0=np.arange(m), history=None)
+    K0 = np.exp(-0.5 * (Y0 - Y0.T) ** 2 / 0.7**2) / (np.sqrt(2 * np.pi) * 0.7)
+    C = P0.T @ K0 @ P0                                       # ⟨μ̂₀(X_i), μ̂₀(X_k)⟩ = Ψ̂₀₁,i C Ψ̂₀₁,kᵀ
+    lambdas = [1e-3, 1e-1]
+    for scaling in ("n", "none"):
+        expected = []
+        for lam in lambdas:
+            total = 0.0
+            for i in range(n):
+                keep = np.arange(n) != i
+                shift = lam * n if scaling == "n" else lam   # the fit's penalty, not refitted to n − 1 units
+                coef = np.linalg.solve(Psi[keep].T @ Psi[keep] + shift * np.eye(M), Psi[keep].T @ Psi01[keep])
+                r = Psi01[i] - Psi[i] @ coef
+                total += r @ C @ r
+            expected.append(total / n)
+        np.testing.assert_allclose(plugin_penalty_curve(Psi, first, lambdas, scaling, kernel), expected, rtol=1e-9)
+
+
+def test_split_deep_feature_density_equals_two_ridge_solves(data):
+    """A split fold-arm: c(v) = [D_ω Ψ ; −P₀Ψ̂₀₁ᵀD_ω Ψ] G₁⁻¹ψ(v) + [0 ; P₀Ψ̂₀₁ᵀΨ] G_p⁻¹ψ(v) (numpy twin)."""
+    res = _fit(data, tune="none", lam0=0.01, lam1=0.1, lam1_plugin={1: 1e-4, 0: 1e-3})
+    V = res.design.V[:5]
+    for arm in (1, 0):
+        for part in res.embeddings[arm].parts:
+            assert isinstance(part, SplitSecondStage)
+            atoms, c = part.weights(V)
+            corr, plug = part.correction, part.plugin
+            fm, ps = corr.feature_map, corr.pseudo
+            n = len(fm.Psi)
+            psi = fm(V).T
+            G1 = fm.Psi.T @ fm.Psi + n * 0.1 * np.eye(fm.Psi.shape[1])
+            Gp = fm.Psi.T @ fm.Psi + n * {1: 1e-4, 0: 1e-3}[arm] * np.eye(fm.Psi.shape[1])
+            omega = ps["a"]
+            Psi01 = plug.pseudo["U"]                 # the plug-in part's U = D_b Ψ̂₀₁ᵀ with b = 1
+            np.testing.assert_allclose(ps["U"], -omega[:, None] * Psi01)   # the correction's b = −ω
+            direct = omega != 0
+            top = (omega[direct, None] * fm.Psi[direct]) @ np.linalg.solve(G1, psi)
+            bottom = ps["P0"] @ ((-omega[:, None] * Psi01).T @ fm.Psi) @ np.linalg.solve(G1, psi) \
+                + ps["P0"] @ (Psi01.T @ fm.Psi) @ np.linalg.solve(Gp, psi)
+            np.testing.assert_allclose(c, np.vstack([top, bottom]), rtol=1e-9, atol=1e-12)
+            np.testing.assert_array_equal(atoms, np.vstack([ps["Y1"][direct], ps["Y0"]]))

@@ -164,7 +164,14 @@ _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_band
 #: coarser than the ridge's because each value trains a network
 #: (:mod:`ccme.estimators.neural_tuning`).
 NEURAL_LAMBDA_GRID = tuple(np.logspace(-4, 0, 5))
-_TUNABLE_BY_METHOD = {"ridge": _TUNABLE, "deep_feature": ("lam0", "lam1", "M", "y_bandwidth"),
+#: Whether ``tune="auto"`` of the Deep Feature estimator splits its doubly robust second stage, choosing the
+#: plug-in part's penalty λ₁ᵖ by leave-one-out in the learned features
+#: (:func:`ccme.estimators.deep_feature.plugin_penalty_curve`), as the ridge estimator does.
+DEEP_FEATURE_PLUGIN_SEARCH = True
+#: Its grid (ΨᵀΨ + nλI): fine, since the whole path costs one SVD of the n × M features, and reaching far
+#: below the λ₁ grid, since the plug-in targets carry no outcome noise.
+DEEP_FEATURE_PLUGIN_GRID = tuple(np.logspace(-8, 0, 33))
+_TUNABLE_BY_METHOD = {"ridge": _TUNABLE, "deep_feature": ("lam0", "lam1", "lam1_plugin", "M", "y_bandwidth"),
                       "neural_kernel": ("M", "y_bandwidth")}
 _OUTCOME_TOL = 1e-8
 _MAX_RANK = 2000
@@ -352,6 +359,8 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
                 grids.pop("lam1_plugin")  # a λ₁ given by the user serves both parts unless λ₁ᵖ is given too
         elif method in ("deep_feature", "neural_kernel"):
             grids = {"lam0": NEURAL_LAMBDA_GRID, "lam1": NEURAL_LAMBDA_GRID} if method == "deep_feature" else {}
+            if method == "deep_feature" and DEEP_FEATURE_PLUGIN_SEARCH and "lam1" not in user_keys:
+                grids["lam1_plugin"] = DEEP_FEATURE_PLUGIN_GRID
             if NEURAL_READOUT_SEARCH:
                 grids["y_bandwidth"] = Y_BANDWIDTH_FACTORS
             if method == "neural_kernel" and NEURAL_KERNEL_M_SEARCH and "grid" not in user_keys:

@@ -33,13 +33,15 @@ paper's reference code does with its λ = 20 (see :func:`paper_options`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _backend
 from ..errors import ParameterError
 from ..kernels import resolve_kernel
 from ..memory import check_allocation
-from .base import FactoredArm, LinearSecondStage, Parameters
+from .base import FactoredArm, LinearSecondStage, Parameters, SplitSecondStage
 from .ridge import _per_arm_text, per_arm_positive
 from .training import (
     NEURAL_DEFAULTS,
@@ -55,6 +57,7 @@ from .training import (
     resolve_training,
     split_units,
     stage_generator,
+    stage_histories,
     torch_device,
     torch_dtype,
     train_stage,
@@ -74,6 +77,7 @@ DEEP_FEATURE_DEFAULTS = {
     "M": 20,
     "lam0": 1e-2,
     "lam1": 1e-2,
+    "lam1_plugin": None,
     "lam_scaling": "n",
     "y_kernel": "gaussian",
     "y_bandwidth": "silverman",
@@ -264,6 +268,11 @@ class _FeatureMap:
     def __call__(self, Z) -> np.ndarray:
         return network_outputs(self.net, self.standardizer, Z, self.dtype, self.device)
 
+    def with_penalty(self, lam_eff: float) -> "_FeatureMap":
+        """The same network and features with G = ΨᵀΨ + λ_eff I (another second-stage penalty)."""
+        G = self.Psi.T @ self.Psi + lam_eff * np.eye(self.Psi.shape[1])
+        return _FeatureMap(self.net, self.standardizer, self.Psi, G, self.history, self.dtype, self.device)
+
 
 def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, stage, generator, label="",
                     n_threads=0):
@@ -325,7 +334,9 @@ class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
     pseudo : dict
         The pseudo-outcomes' pieces: ``a`` (n,), ``Y1``, and for DR and the
         plug-in ``U`` = D_b Ψ̂₀₁ᵀ (n × M₀), ``P0`` (m × M₀), ``Y0``; ``units``,
-        the data rows of the second stage.
+        the data rows of the second stage; ``units0``, the first stage's;
+        ``direct``, which units' outcomes are atoms, where that is not
+        a ≠ 0 (the plug-in part of a split second stage, :func:`split_plugin`).
     """
 
     def __init__(self, atoms, loadings, feature_map: _FeatureMap, history: dict, pseudo: dict):
@@ -346,7 +357,7 @@ class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
 
         None for an estimator saved before the first stage's rows were kept.
         """
-        direct = self.pseudo["units"][self.pseudo["a"] != 0]
+        direct = self.pseudo["units"][_direct(self.pseudo)]
         if "U" not in self.pseudo:
             return direct
         rows0 = self.pseudo.get("units0")
@@ -377,8 +388,10 @@ class DeepFeatureFoldArm(FactoredArm, LinearSecondStage):
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.DeepFeatureFoldArm"
-    STATE_VERSION = 3  # 2: the pseudo-outcomes hold the second stage's units (bootstrap); 3: and the first stage's
-    _READS = (2, 3)    # a version-2 state has no first-stage rows: its atom_units is None
+    # 2: the pseudo-outcomes hold the second stage's units (bootstrap); 3: and the first stage's; 4: and, for the
+    # plug-in part of a split second stage, the mask of the units whose outcomes are atoms ("direct")
+    STATE_VERSION = 4
+    _READS = (2, 3, 4)  # a version-2 state has no first-stage rows: its atom_units is None
     _STATE_FIELDS = ("atoms", "loadings", "history", "pseudo", "jitter", "network", "Psi", "G", "network_history")
 
     def to_state(self) -> dict:
@@ -499,7 +512,10 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
                            n_threads=0, cache=None):
     """Train both stages of one arm on one fold (the module docstring) and return its estimator.
 
-    ``cache`` (optional dict) keeps first-stage maps between calls, see :func:`first_stage_map`.
+    In the doubly robust mode with a plug-in penalty (``prepared["lam1_plugin"]``,
+    chosen by :func:`plugin_penalty_curve` under ``tune="auto"``) the fold-arm
+    is split (:func:`split_plugin`).  ``cache`` (optional dict) keeps
+    first-stage maps between calls, see :func:`first_stage_map`.
     """
     settings = prepared["training"]
     M, scaling, kernel = prepared["M"], prepared["lam_scaling"], prepared["kernels"]["y"]
@@ -510,33 +526,125 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
         gram = PseudoOutcomeGram(np.ones(len(rows)), Y[rows], kernel)
         fmap = fit_feature_map(V[rows], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
                                stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
-        return DeepFeatureFoldArm(Y[rows], fmap.Psi, fmap, {1: fmap.history},
-                                  {"a": np.ones(len(rows)), "Y1": Y[rows], "units": rows})
+        return _assemble(fmap, {1: fmap.history}, np.ones(len(rows)), Y[rows], rows)
     a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
-    Y1 = Y[target]
+    first = None
     if np.any(b != 0):
-        rows0 = nuisance[A[nuisance] == arm]
-        fmap0 = first_stage_map(arm=arm, Xo=Xo, Y=Y, A=A, nuisance=nuisance, prepared=prepared, seed=seed,
-                                label=label, n_threads=n_threads, cache=cache)
-        history[1] = fmap0.history
-        P0 = np.linalg.solve(fmap0.G, fmap0.Psi.T).T          # Ψ̂₀(Ψ̂₀ᵀΨ̂₀ + mλ₀I)⁻¹, symmetric G
-        U = b[:, None] * fmap0(Xo[target])                     # D_b Ψ̂₀₁ᵀ
-        gram = PseudoOutcomeGram(a, Y1, kernel, U=U, P0=P0, Y0=Y[rows0])
+        first = first_stage_at(arm=arm, Xo=Xo, Y=Y, A=A, target=target, nuisance=nuisance, prepared=prepared,
+                               seed=seed, label=label, n_threads=n_threads, cache=cache)
+        history[1] = first.history
+        gram = PseudoOutcomeGram(a, Y[target], kernel, U=b[:, None] * first.Psi01, P0=first.P0, Y0=first.Y0)
     else:
-        U = None
-        gram = PseudoOutcomeGram(a, Y1, kernel)
+        gram = PseudoOutcomeGram(a, Y[target], kernel)
     fmap = fit_feature_map(V[target], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
                            stage=2, generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
     history[2] = fmap.history
-    direct = a != 0
+    lam_plugin = (prepared.get("lam1_plugin") or {}).get(arm)
+    if mode == "dr" and first is not None and lam_plugin is not None:
+        return split_plugin(fmap, history, a, Y[target], target, first,
+                            lam_plugin * len(target) if scaling == "n" else lam_plugin)
+    return _assemble(fmap, history, a, Y[target], target, first, b)
+
+
+@dataclass(frozen=True)
+class _FirstStage:
+    """A fold-arm's first stage at its second-stage units: μ̂₀(X_1i) = Σ_j (P₀ ψ₀(X_1i))_j φ(Y0_j)."""
+
+    Psi01: np.ndarray   # ψ₀(X_1i), rows over the second-stage units (n × M₀)
+    P0: np.ndarray      # Ψ̂₀(Ψ̂₀ᵀΨ̂₀ + mλ₀I)⁻¹ (m × M₀)
+    Y0: np.ndarray      # the first stage's outcomes (m × d_y)
+    rows0: np.ndarray   # their data rows
+    history: object     # the first stage's training history
+
+
+def first_stage_at(*, arm, Xo, Y, A, target, nuisance, prepared, seed, label="", n_threads=0, cache=None):
+    """The first stage of one arm (:func:`first_stage_map`) evaluated at the second-stage units ``target``."""
+    fmap0 = first_stage_map(arm=arm, Xo=Xo, Y=Y, A=A, nuisance=nuisance, prepared=prepared, seed=seed, label=label,
+                            n_threads=n_threads, cache=cache)
+    P0 = np.linalg.solve(fmap0.G, fmap0.Psi.T).T          # Ψ̂₀(Ψ̂₀ᵀΨ̂₀ + mλ₀I)⁻¹, symmetric G
+    rows0 = nuisance[A[nuisance] == arm]
+    return _FirstStage(Psi01=fmap0(Xo[target]), P0=P0, Y0=Y[rows0], rows0=rows0, history=fmap0.history)
+
+
+def _direct(pseudo: dict) -> np.ndarray:
+    """Which second-stage units' outcomes are atoms: the stored mask, else a ≠ 0."""
+    return pseudo["direct"] if "direct" in pseudo else pseudo["a"] != 0
+
+
+def _assemble(fmap, history, a, Y1, units, first: _FirstStage | None = None, b=None, direct=None):
+    """The fold-arm of pseudo-outcomes ξ_i = a_i φ(Y_i) + b_i μ̂₀(X_i) regressed on the features of ``fmap``.
+
+    Atoms [Y1[direct] ; Y0] with loadings [D_a Ψ ; P₀ Ψ̂₀₁ᵀ D_b Ψ], eq. (df_density);
+    ``direct`` defaults to a ≠ 0.
+    """
+    direct = a != 0 if direct is None else direct
     atoms, loadings = [Y1[direct]], [a[direct, None] * fmap.Psi[direct]]
-    pseudo = {"a": a, "Y1": Y1, "units": target}
-    if U is not None:
-        atoms.append(Y[rows0])
-        loadings.append(P0 @ (U.T @ fmap.Psi))
-        pseudo.update(U=U, P0=P0, Y0=Y[rows0], units0=rows0)
+    pseudo = {"a": a, "Y1": Y1, "units": units}
+    if not np.array_equal(direct, a != 0):
+        pseudo["direct"] = direct
+    if first is not None:
+        U = b[:, None] * first.Psi01                         # D_b Ψ̂₀₁ᵀ
+        atoms.append(first.Y0)
+        loadings.append(first.P0 @ (U.T @ fmap.Psi))
+        pseudo.update(U=U, P0=first.P0, Y0=first.Y0, units0=first.rows0)
     return DeepFeatureFoldArm(np.vstack(atoms), np.vstack(loadings), fmap, history, pseudo)
+
+
+def split_plugin(fmap, history, a, Y1, units, first: _FirstStage, lam_eff: float) -> SplitSecondStage:
+    """The doubly robust fold-arm with its plug-in part smoothed at its own penalty.
+
+    ξ̂_i = ω_i (φ(Y_i) − μ̂₀(X_i)) + μ̂₀(X_i): the correction keeps the learned
+    features' penalty (G = ΨᵀΨ + nλ₁I), the plug-in part, whose targets carry
+    no outcome noise, gets G_p = ΨᵀΨ + λ_eff I (the ridge estimator's split,
+    :class:`ccme.estimators.base.SplitSecondStage`).  Both parts share the
+    network, the atoms and the units.
+    """
+    correction = _assemble(fmap, history, a, Y1, units, first, -a)
+    plugin = _assemble(fmap.with_penalty(lam_eff), history, np.zeros_like(a), Y1, units, first, np.ones_like(a),
+                       direct=a != 0)
+    return SplitSecondStage(correction=correction, plugin=plugin)
+
+
+def plugin_penalty_curve(Psi, first: _FirstStage, lambdas, scaling: str, kernel) -> np.ndarray:
+    """Leave-one-out error of the plug-in part's regression on the learned features, at each λ of ``lambdas``.
+
+    The targets are μ̂₀(X_i) = Σ_j (P₀ ψ₀(X_i))_j φ(Y0_j): coordinates
+    T = Ψ̂₀₁ in the metric C = P₀ᵀ K_Y0 P₀.  The ridge regression on the
+    second stage's features Ψ (n × M) with G = ΨᵀΨ + λ_eff I has the hat
+    matrix H = Ψ G⁻¹ Ψᵀ and leave-one-out residuals r_i / (1 − H_ii), so the
+    criterion, (1/n) Σ_i r_iᵀ C r_i / (1 − H_ii)², costs one SVD of Ψ
+    (O(n M²)) for the whole path: the ridge estimator's criterion for λ₁ᵖ
+    (:func:`ccme.tuning.tune_ridge`) in M dimensions.
+
+    Parameters
+    ----------
+    Psi : ndarray (n, M)
+        The second stage's learned features at its units.
+    first : _FirstStage
+        The arm's first stage at the same units (:func:`first_stage_at`).
+    lambdas : array of float
+        Penalties in the fit's convention (``scaling`` "n": ΨᵀΨ + nλI; "none": ΨᵀΨ + λI).
+    scaling : {"n", "none"}
+    kernel : ccme.kernels.Kernel
+        The loss's outcome kernel.
+
+    Returns
+    -------
+    ndarray
+        The criterion at each λ.
+    """
+    n = len(Psi)
+    T = first.Psi01
+    C = first.P0.T @ _gram_times(first.Y0, first.Y0, kernel, first.P0)
+    U, s, _ = np.linalg.svd(Psi, full_matrices=False)
+    UT = U.T @ T
+    errors = np.empty(len(lambdas))
+    for k, lam in enumerate(np.asarray(lambdas, dtype=float)):
+        shrink = s**2 / (s**2 + (lam * n if scaling == "n" else lam))
+        R = (T - U @ (shrink[:, None] * UT)) / (1.0 - (U**2) @ shrink)[:, None]
+        errors[k] = np.einsum("ij,jk,ik->", R, C, R) / n
+    return errors
 
 
 class DeepFeatureEstimator(NeuralEstimator):
@@ -562,6 +670,8 @@ class DeepFeatureEstimator(NeuralEstimator):
             "M": _positive_int(options["M"], "M"),
             "lam0": per_arm_positive(options["lam0"], "lam0", design.treatment),
             "lam1": per_arm_positive(options["lam1"], "lam1", design.treatment),
+            "lam1_plugin": None if options["lam1_plugin"] is None else
+            per_arm_positive(options["lam1_plugin"], "lam1_plugin", design.treatment),
             "lam_scaling": options["lam_scaling"],
         })
 
@@ -572,7 +682,8 @@ class DeepFeatureEstimator(NeuralEstimator):
             (f"Deep features (M = {prepared['M']}; {convention})", [
                 ("lambda0 (stage 1)", _per_arm_text(prepared["lam0"], design.treatment)),
                 ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"], design.treatment)),
-            ]),
+            ] + ([("lambda1, plug-in part", _per_arm_text(prepared["lam1_plugin"], design.treatment))]
+                 if prepared.get("lam1_plugin") is not None else [])),
             ("Training", describe_training(prepared["training"]) + training_rows(embeddings)),
         ]
 
@@ -584,7 +695,7 @@ def training_rows(embeddings) -> list:
     for arm in embeddings:
         parts = embeddings[arm].parts
         for stage in (1, 2):
-            runs = [p.history[stage] for p in parts if stage in p.history]
+            runs = [h[stage] for h in map(stage_histories, parts) if stage in h]
             if not runs:
                 continue
             epochs = [len(h.train) for h in runs]

@@ -60,6 +60,8 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..tuning import TuningCurve, TuningReport, note_edges
+from .deep_feature import first_stage_at, first_stage_map
+from .training import stage_histories
 
 __all__ = ["tune_neural"]
 
@@ -99,13 +101,17 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         report.notes.append("no validation split (`validation` = 0): nothing tuned, every stage runs all its epochs")
         return prepared, report, None
     if deep and auto and prepared["lam_scaling"] == "none":
-        grids.pop("lam0", None), grids.pop("lam1", None)
+        grids.pop("lam0", None), grids.pop("lam1", None), grids.pop("lam1_plugin", None)
         report.notes.append("lam_scaling='none': the given lambda is kept (the automatic grid is in the n*lambda "
                             "convention)")
     if "lam0" in grids and mode not in ("dr", "pi"):
         grids.pop("lam0")
         if not auto:
             report.notes.append(f"mode={mode!r} has no first-stage regression: lam0 is not used")
+    if "lam1_plugin" in grids and mode != "dr":
+        grids.pop("lam1_plugin")
+        if not auto:
+            report.notes.append(f"mode={mode!r} has no doubly robust plug-in part: lam1_plugin is not used")
     if "M" in grids and not deep and prepared["grid_rule"] == "user":
         raise ParameterError("`tune['M']` cannot vary M with a user-given `grid` array (its length sets M)")
 
@@ -129,7 +135,8 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         return built[k]
 
     def final_loss(arm_est):
-        return _best_loss(arm_est.history[max(arm_est.history)])
+        history = stage_histories(arm_est)
+        return _best_loss(history[max(history)])
 
     if "M" in grids:
         values = np.asarray(grids["M"])
@@ -148,7 +155,6 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         report.chosen["M"] = int(values[best])
 
     if "lam0" in grids:
-        from .deep_feature import first_stage_map
 
         values = np.asarray(grids["lam0"])
         for arm in design.arms:
@@ -180,11 +186,45 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         if curves and not all(np.any(np.isfinite(c.criterion)) for c in curves):
             report.notes.append(f"{name}: too few units for a validation loss; the first grid value was used")
 
-    note_edges(report, design.treatment)  # before the epoch curves: an early best epoch is no grid edge
     arms = {arm: arm_fit(cand, arm) for arm in design.arms}
+    if "lam1_plugin" in grids:
+        arms = _choose_plugin_penalty(arms, cand, report, np.asarray(grids["lam1_plugin"], dtype=float), design,
+                                      first_stage=partial(first_stage_at, Xo=Xo, Y=design.Y, A=design.A,
+                                                          target=fold.target, nuisance=fold.nuisance, seed=seed,
+                                                          n_threads=n_threads, cache=cache))
+    note_edges(report, design.treatment)  # before the epoch curves: an early best epoch is no grid edge
     _record_epochs(report, arms)
     report.seconds = time.perf_counter() - started
     return cand, report, arms
+
+
+def _choose_plugin_penalty(arms, cand, report, values, design, first_stage):
+    """λ₁ᵖ of each arm by the plug-in part's leave-one-out error on the tuning fold's learned features.
+
+    The ridge estimator's split second stage (:class:`ccme.estimators.base.SplitSecondStage`)
+    for Deep Feature: λ₁, chosen by the validation loss of ξ̂, is set by the
+    correction's noise and oversmooths the plug-in part μ̂₀(X), whose targets
+    carry no outcome noise.  The criterion is exact leave-one-out in the M
+    learned features (:func:`ccme.estimators.deep_feature.plugin_penalty_curve`),
+    so no network is retrained; the tuning fold's arms are split with the
+    chosen values and kept.
+    """
+    from .deep_feature import plugin_penalty_curve, split_plugin
+
+    kernel, scaling = cand["kernels"]["y"], cand["lam_scaling"]
+    chosen, split = {}, {}
+    for arm, est in arms.items():
+        first = first_stage(arm=arm, prepared=cand)
+        crit = plugin_penalty_curve(est.feature_map.Psi, first, values, scaling, kernel)
+        chosen[arm] = float(values[_argmin(crit)])
+        report.curves.append(TuningCurve("lam1_plugin", values, crit, "LOO (RKHS) of mu0(X) on the learned features",
+                                         chosen[arm], arm))
+        p, n = est.pseudo, len(est.feature_map.Psi)
+        split[arm] = split_plugin(est.feature_map, est.history, p["a"], p["Y1"], p["units"], first,
+                                  chosen[arm] * n if scaling == "n" else chosen[arm])
+    cand["lam1_plugin"] = chosen
+    report.chosen["lam1_plugin"] = dict(chosen)
+    return split
 
 
 def _with_m(prepared, M, deep, Y):
@@ -200,7 +240,7 @@ def _with_m(prepared, M, deep, Y):
 def _record_epochs(report: TuningReport, arms: dict) -> None:
     """The early-stopping choice of each arm and stage of the tuning fold: validation curve and kept epoch."""
     for arm, est in arms.items():
-        for stage, history in sorted(est.history.items()):
+        for stage, history in sorted(stage_histories(est).items()):
             if not history.validation:
                 continue
             name = f"epochs_stage{stage}"

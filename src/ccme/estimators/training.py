@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import CcmeError, ParameterError
 from ..pseudo import pseudo_outcome
-from .base import FoldFit, Estimator, Parameters, Tuned
+from .base import FoldFit, Estimator, Parameters, Tuned, linear_terms
 
 __all__ = [
     "MissingDependencyError",
@@ -44,6 +44,7 @@ __all__ = [
     "describe_training",
     "NeuralEstimator",
     "NeuralFold",
+    "stage_histories",
 ]
 
 
@@ -457,7 +458,7 @@ class NeuralEstimator(Estimator):
         rows = []
         for arm in embeddings:
             for fold, part in enumerate(embeddings[arm].parts, start=1):
-                for stage, h in sorted(part.history.items()):
+                for stage, h in sorted(stage_histories(part).items()):
                     for epoch, loss in enumerate(h.train):
                         rows.append({
                             "arm": arm, "fold": fold, "stage": stage, "epoch": epoch + 1, "train_loss": loss,
@@ -473,6 +474,11 @@ class NeuralEstimator(Estimator):
             A=design.A, target=fold.target, nuisance=fold.nuisance, scores_target=data.scores[fold.target],
             prepared=params, seed=seed, fold_index=fold.index, n_threads=data.n_threads,
         )
+
+
+def stage_histories(part) -> dict:
+    """Stage → :class:`StageHistory` of a neural fold-arm (a split second stage's terms share their networks)."""
+    return linear_terms(part)[0].history
 
 
 def pseudo_outcome_coefficients(mode: str, arm: int, A: np.ndarray, target: np.ndarray, scores_target: np.ndarray):
