@@ -232,10 +232,12 @@ def fit(
         Neural methods select by validation loss on the first fold (see
         :mod:`ccme.estimators.neural_tuning`): "auto" keeps early stopping
         (the epochs) and, for Deep Feature, chooses λ₀ and λ₁ over
-        ``ccme.tuning.NEURAL_LAMBDA_GRID``; it also chooses the outcome
+        ``ccme.tuning.NEURAL_LAMBDA_GRID`` and, with ``mode="dr"``, λ₁ᵖ by
+        leave-one-out in the learned features (its second stage split as
+        the ridge's); it also chooses the outcome
         read-out bandwidth as for the ridge (d_y = 1,
         ``ccme.tuning.NEURAL_READOUT_SEARCH``); a dict may give ``"lam"``/
-        ``"lam0"``/``"lam1"`` (Deep Feature), ``"M"`` and ``"y_bandwidth"``
+        ``"lam0"``/``"lam1"``/``"lam1_plugin"`` (Deep Feature), ``"M"`` and ``"y_bandwidth"``
         (both) grids.
     **hyperparameters
         Ridge: ``lam`` (both stages) or ``lam0``/``lam1`` (penalty λ in K + nλI,
@@ -268,7 +270,7 @@ def fit(
         ``patience``, ``standardize`` (network inputs), ``device`` ("auto",
         "cpu", "cuda"), ``dtype`` ("float64", "float32"), ``progress``
         (tqdm bar), ``y_kernel``/``y_bandwidth``; Deep Feature also
-        ``lam``/``lam0``/``lam1`` (ΨᵀΨ + nλI) and ``lam_scaling`` ("n" or
+        ``lam``/``lam0``/``lam1``/``lam1_plugin`` (ΨᵀΨ + nλI) and ``lam_scaling`` ("n" or
         "none"); Neural-Kernel ``grid`` ("auto", "regular", "kmeans",
         "random" or an array of points).  With them ``n_threads`` sets
         torch's threads during training (0: one).

@@ -26,6 +26,12 @@ The fitted estimator is the closed form, eq. (df_density):
 
 over the atoms [Y_i (a_i ≠ 0) ; Y0], with Ψ over all D1 units.
 
+In the doubly robust mode with a plug-in penalty λ₁ᵖ (``lam1_plugin``;
+chosen under ``tune="auto"`` by :func:`plugin_penalty_curve`) the second
+stage is split as the ridge estimator's: the correction ω(φ(Y) − μ̂₀(X)) at
+G = ΨᵀΨ + nλ₁I, the plug-in part μ̂₀(X) at ΨᵀΨ + nλ₁ᵖI, over the same learned
+features and atoms (:func:`split_plugin`).
+
 Penalties follow the paper's equations (``lam_scaling="n"``: mλ₀, nλ₁, the
 ridge estimator's convention); ``lam_scaling="none"`` adds λ unscaled, as the
 paper's reference code does with its λ = 20 (see :func:`paper_options`).

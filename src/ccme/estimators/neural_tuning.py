@@ -16,6 +16,15 @@ penalties, numbers of features and epochs, and it selects
   validation loss, then λ₁ of each arm by the second stage's validation loss
   with the chosen first stage (grid :data:`ccme.tuning.NEURAL_LAMBDA_GRID`,
   10⁻⁴ … 1 in the convention ΨᵀΨ + nλI);
+- in the doubly robust mode, Deep Feature's plug-in penalty λ₁ᵖ
+  (``tune="auto"``, or ``tune={"lam1_plugin": [...]}``), after λ₁: the
+  second stage is split as the ridge's (:class:`ccme.estimators.base.SplitSecondStage`),
+  and λ₁ᵖ of each arm minimises the plug-in part's exact leave-one-out error in
+  the tuning fold's learned features (:func:`_choose_plugin_penalty`; grid
+  :data:`ccme.tuning.DEEP_FEATURE_PLUGIN_GRID`), with no network retrained.
+  Chosen on the zoo's "choose" cases (n = 1000, two seeds; ISE against the
+  unsplit fit: geometric mean 0.90, better on 12 of 14 case-arms) and reported
+  on its other cases (0.85, better on 18 of 22; ``benchmarks/results/df_plugin_penalty_*``);
 - M (features, or grid points of the Neural-Kernel estimator), only when
   asked (``tune={"M": [...]}``): both stages are refitted for each candidate
   and M is chosen by the second stage's validation loss summed over the arms
@@ -31,7 +40,7 @@ two seeds; ISE against the rule's read-out: geometric mean 0.974 for Deep
 Feature, 0.986 for Neural-Kernel) and reported on its other cases (0.869
 and 0.949; ``benchmarks/results/neural_readout_*``).
 
-Order: M first (at the current λ), then λ₀, then λ₁, one pass.  A candidate's
+Order: M first (at the current λ), then λ₀, then λ₁, then λ₁ᵖ, one pass.  A candidate's
 criterion is its best validation loss (the loss of the weights kept).  Each
 arm's validation units are the same for every candidate (the split is drawn
 before the network's initial weights), so candidates are compared on the same
