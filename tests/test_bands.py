@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import ccme
-from ccme.bootstrap import SD_FLOOR
+from ccme.bootstrap import REFIT_NOTE, SD_FLOOR
 from ccme.datasets import PAPER_PROFILES, paper_simulation
 from ccme.errors import DataError, ParameterError
 
@@ -169,6 +169,7 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
     twin = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER)
     factor = simultaneous_v_factor(res.n)
     assert b.v_factor == factor < 1
+    assert b.target.endswith(REFIT_NOTE + ")")
     assert LEVERAGE_CORRECTION == 1.0
     narrowed = _twin_parts(res, 1, V, y[:, None], "density", BAND_ORDER, factor, SIMULTANEOUS_PENALTY, leverage=1.0)
     for e in range(len(V)):

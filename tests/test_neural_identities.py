@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import ccme  # noqa: E402
 import twins as _twins  # noqa: E402  (the numpy twins, beside the tests)
-from ccme.estimators.base import contract_factored  # noqa: E402
+from ccme.estimators.base import SplitSecondStage, contract_factored  # noqa: E402
 from ccme.estimators.deep_feature import PseudoOutcomeGram, heldout_loss, trace_loss  # noqa: E402
 from ccme.estimators.neural_kernel import nk_loss, pseudo_outcome_targets  # noqa: E402
 from ccme.kernels import Kernel  # noqa: E402
@@ -206,9 +206,10 @@ def test_deep_feature_linear_second_stage_reproduces_the_estimate():
     from ccme import bootstrap
 
     data = ccme.datasets.paper_simulation(300, seed=5)
-    for mode in ("dr", "onestep"):
+    for mode, split in (("dr", {}), ("dr", {"lam1_plugin": 1e-3}), ("onestep", {})):
         res = ccme.fit("y ~ a | x1 + x2 | x3", data, method="deep_feature", mode=mode, hidden=(8,), epochs=(3, 3),
-                       M=6, validation=0.0, progress=False, tune="none", seed=2, propensity="forest")
+                       M=6, validation=0.0, progress=False, tune="none", seed=2, propensity="forest", **split)
+        assert all(isinstance(part, SplitSecondStage) == bool(split) for part in res.embeddings[1].parts)
         V = res.design.encode_v(ccme.datasets.PAPER_PROFILES)
         y = res.default_grid(40)[:, None]
         for arm in (1, 0):
@@ -221,4 +222,5 @@ def test_deep_feature_linear_second_stage_reproduces_the_estimate():
         assert np.all(band.lower <= band.estimate) and np.all(band.estimate <= band.upper)
         # ridge in learned features has no V kernel to undersmooth: one construction for both bands
         assert band.v_factor == 1.0 and band.estimate_simultaneous is None
+        assert band.target.endswith("the simultaneous band the fit's own: no undersmoothed refit)")
         assert 0 < res.test_effect(newdata=ccme.datasets.PAPER_PROFILES, n_boot=29).p_value <= 1

@@ -122,8 +122,8 @@ from .grids import outcome_grid
 from .kernels import Kernel
 
 __all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_effect", "iterated_tikhonov",
-           "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "SD_FLOOR", "SIMULTANEOUS_PENALTY",
-           "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE"]
+           "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "REFIT_NOTE", "SD_FLOOR",
+           "SIMULTANEOUS_PENALTY", "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE"]
 
 STATISTICS = ("mmd", "mean")
 #: Order m of the iterated Tikhonov regularisation of ``bands(target="smoothed")`` (:func:`iterated_tikhonov`).
@@ -141,10 +141,11 @@ SD_FLOOR = 0.1
 #: What the bands of each ``target`` cover (``Bands.target``).
 BAND_TARGETS = {
     "smoothed": "the kernel-smoothed target E[k(Y^a, y) | V = v] (bias-reduced: iterated Tikhonov, first stage "
-                "included, Student-t critical values with Satterthwaite df; the simultaneous band joined with that "
-                "of the second stage refitted with undersmoothed V bandwidths)",
+                "included, Student-t critical values with Satterthwaite df)",
     "regularised": "the ridge-regularised kernel-smoothed target (no bias correction, first stage fixed)",
 }
+#: What ``Bands.target`` adds when the simultaneous band was widened by an undersmoothed refit (:func:`bands`).
+REFIT_NOTE = "; the simultaneous band joined with that of the second stage refitted with undersmoothed V bandwidths"
 _CHUNK_DOUBLES = 1 << 22
 
 
@@ -606,10 +607,23 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
                  upper_simultaneous=up_s, se=se, level=float(level), feature=feature,
                  arm=int(arm) if res.design.treatment.binary else res.design.treatment.label(arm),
-                 n_boot=int(n_boot), index=list(index), target=BAND_TARGETS[target], mass=mass,
+                 n_boot=int(n_boot), index=list(index), target=_target_text(target, narrowed is not None), mass=mass,
                  order=how.get("order", 1), df=df,
                  estimate_simultaneous=None if narrowed is None else centre_s,
                  v_factor=1.0 if narrowed is None else simultaneous_v_factor(res.n))
+
+
+def _target_text(target: str, refitted: bool) -> str:
+    """What a band covers (:data:`BAND_TARGETS`), saying whether an undersmoothed refit widened the simultaneous one.
+
+    A second stage without a V kernel to narrow (Deep Feature's learned
+    features) keeps the fit's own simultaneous band, and its text says so.
+    """
+    text = BAND_TARGETS[target]
+    if target != "smoothed":
+        return text
+    return text[:-1] + (REFIT_NOTE if refitted else "; the simultaneous band the fit's own: no undersmoothed refit") \
+        + ")"
 
 
 def _unit_mass_contributions(lin, lin_mass, estimate, mass, e: int, n: int) -> np.ndarray:
