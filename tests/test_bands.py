@@ -25,7 +25,7 @@ import pytest
 import ccme
 from ccme.bootstrap import REFIT_NOTE, SD_FLOOR
 from ccme.datasets import PAPER_PROFILES, paper_simulation
-from ccme.errors import DataError, ParameterError
+from ccme.errors import ParameterError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.calibration import PAPER_FORMULA, smoothed_target  # noqa: E402
