@@ -65,6 +65,10 @@ NEURAL_KERNEL_DEFAULTS = {
 }
 
 
+#: The rule ``grid="auto"`` uses for a one-dimensional outcome ("regular", the paper's, or "kmeans").
+AUTO_GRID_1D = "regular"
+
+
 def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
     """The grid points ỹ_1..ỹ_M (see the module docstring)."""
     d = Y.shape[1]
@@ -77,7 +81,7 @@ def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
                                  f"{np.shape(rule)}")
         return np.ascontiguousarray(grid)
     if rule == "auto":
-        rule = "regular" if d == 1 else "kmeans"
+        rule = AUTO_GRID_1D if d == 1 else "kmeans"
     if rule == "regular":
         if d != 1:
             raise ParameterError("`grid='regular'` needs a one-dimensional outcome; use 'kmeans', 'random' or an array")
