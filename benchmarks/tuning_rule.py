@@ -40,7 +40,7 @@ def parse_setting(text: str) -> tuple[str, str, list]:
     if not module or not values:
         raise SystemExit(f"--setting must look like ccme.tuning.NAME=v1,v2; got {text!r}")
     current = getattr(importlib.import_module(module), name)
-    kind = type(current) if isinstance(current, (int, float)) and not isinstance(current, bool) else float
+    kind = type(current) if isinstance(current, (int, float, str)) and not isinstance(current, bool) else float
     return module, name, [kind(v) for v in values.split(",")]
 
 

@@ -66,6 +66,10 @@ NEURAL_KERNEL_DEFAULTS = {
 
 
 #: The rule ``grid="auto"`` uses for a one-dimensional outcome ("regular", the paper's, or "kmeans").
+#: "kmeans" was measured and rejected (``benchmarks/tuning_rule.py --setting
+#: ccme.estimators.neural_kernel.AUTO_GRID_1D=regular,kmeans --config neural_kernel --seeds 1,2 --n 1000``,
+#: ``benchmarks/results/nk_auto_grid_*``): ISE ratio 0.94 on the zoo's choose cases (better on 9 of 14
+#: case-arms, worse on 5), 0.98 on its report cases (better on 11 of 22, worse on 7; linear_v1's control arm 2.0).
 AUTO_GRID_1D = "regular"
 
 
