@@ -129,14 +129,18 @@ def shortfalls(mix: Mixture, alpha: float, lo: float, hi: float) -> dict:
     return out
 
 
-def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1, bands_only: bool = False) -> dict:
+def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1, bands_only: bool = False,
+                 method: str = "ridge") -> dict:
     data, _ = case.simulate(n, rep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # clipping notes and the like: this run measures, it does not read
         started = time.perf_counter()
-        res = ccme.fit(case.formula, data, seed=rep, n_rep=n_rep)
+        res = ccme.fit(case.formula, data, seed=rep, n_rep=n_rep, method=method,
+                       **({} if method == "ridge" else {"progress": False}))
         fit_seconds = time.perf_counter() - started
     out = {"case": case.name, "n": n, "rep": rep, "n_rep": n_rep, "fit_seconds": round(fit_seconds, 2)}
+    if method != "ridge":
+        out["method"] = method
     if bands_only:
         out["bands_only"] = True
     started = time.perf_counter()
@@ -191,20 +195,21 @@ def _means(mix: Mixture) -> np.ndarray:
     return (mix.weights * mix.means[:, :, 0]).sum(axis=1) / mix.weights.sum(axis=1)
 
 
-def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0, bands_only: bool = False) -> None:
+def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0, bands_only: bool = False,
+        method: str = "ridge") -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()
     if out.exists():
         for line in out.read_text().splitlines():
             row = json.loads(line)
-            done.add((row["case"], row["n"], row["rep"], row.get("n_rep", 1)))
+            done.add((row["case"], row["n"], row["rep"], row.get("n_rep", 1), row.get("method", "ridge")))
     for name in cases:
         case = get_case(name)
         v_points, y = study_points(case)
         for rep in range(first, reps):
-            if (name, n, rep, n_rep) in done:
+            if (name, n, rep, n_rep, method) in done:
                 continue
-            row = one_data_set(case, n, rep, v_points, y, n_rep, bands_only)
+            row = one_data_set(case, n, rep, v_points, y, n_rep, bands_only, method)
             row["ccme_commit"] = _commit()
             with out.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
@@ -229,7 +234,8 @@ def summarise(out: Path) -> str:
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     groups = {}
     for row in rows:
-        groups.setdefault((row["case"], row["n"], row.get("n_rep", 1)), []).append(row)
+        label = row["case"] + (f" ({row['method']})" if "method" in row else "")
+        groups.setdefault((label, row["n"], row.get("n_rep", 1)), []).append(row)
     head = ("| case | n | n_rep | data sets | band | pointwise, smoothed | simultaneous, smoothed | pointwise, true density "
             "| simultaneous, true density | mean width | mean width, simultaneous | mean diff | QTE (true) | QTE (smoothed) | ES⁻ diff | ES⁺ diff |")
     lines = [head, "|" + "---|" * 16]
@@ -273,13 +279,14 @@ def study_parser(doc: str, out: Path, cases: str = "paper,hetero_v2,linear_v1", 
 def main(argv=None) -> int:
     parser = study_parser(__doc__, OUT)
     parser.add_argument("--n-rep", type=int, default=1, help="repeated cross-fitting: fit(n_rep=...)")
+    parser.add_argument("--method", default="ridge", help="fit(method=...): ridge or deep_feature (the methods with bands)")
     parser.add_argument("--bands-only", action="store_true",
                         help="the default (bias-reduced) bands only: no plain bands, no effect intervals")
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out))
         return 0
-    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first, args.bands_only)
+    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first, args.bands_only, args.method)
     return 0
 
 
