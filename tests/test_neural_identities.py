@@ -16,6 +16,7 @@ import twins as _twins  # noqa: E402  (the numpy twins, beside the tests)
 from ccme.estimators.base import SplitSecondStage, contract_factored  # noqa: E402
 from ccme.estimators.deep_feature import PseudoOutcomeGram, heldout_loss, trace_loss  # noqa: E402
 from ccme.estimators.neural_kernel import nk_loss, pseudo_outcome_targets  # noqa: E402
+from ccme.errors import CcmeWarning  # noqa: E402
 from ccme.kernels import Kernel  # noqa: E402
 
 SIGMA = 0.7
@@ -218,9 +219,11 @@ def test_deep_feature_linear_second_stage_reproduces_the_estimate():
             np.testing.assert_allclose(sum(p.estimate() for p in lin),
                                        res.density(y, newdata=ccme.datasets.PAPER_PROFILES, arm=arm, normalize=False),
                                        rtol=1e-9, atol=1e-12)
-        band = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, y=y[:, 0], n_boot=29)
+        with pytest.warns(CcmeWarning, match="conditional on the learned features"):
+            band = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, y=y[:, 0], n_boot=29)
         assert np.all(band.lower <= band.estimate) and np.all(band.estimate <= band.upper)
         # ridge in learned features has no V kernel to undersmooth: one construction for both bands
         assert band.v_factor == 1.0 and band.estimate_simultaneous is None
         assert band.target.endswith("the simultaneous band the fit's own: no undersmoothed refit)")
-        assert 0 < res.test_effect(newdata=ccme.datasets.PAPER_PROFILES, n_boot=29).p_value <= 1
+        with pytest.warns(CcmeWarning, match="under-cover"):
+            assert 0 < res.test_effect(newdata=ccme.datasets.PAPER_PROFILES, n_boot=29).p_value <= 1

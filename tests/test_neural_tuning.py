@@ -254,3 +254,16 @@ def test_split_deep_feature_density_equals_two_ridge_solves(data):
                 + ps["P0"] @ (Psi01.T @ fm.Psi) @ np.linalg.solve(Gp, psi)
             np.testing.assert_allclose(c, np.vstack([top, bottom]), rtol=1e-9, atol=1e-12)
             np.testing.assert_array_equal(atoms, np.vstack([ps["Y1"][direct], ps["Y0"]]))
+
+
+def test_deep_feature_inference_states_its_caveat(data, tuned):
+    """Bands, intervals and tests warn of what Deep Feature's bootstrap leaves out; the summary says it as a note."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        text = str(tuned.summary(newdata=data.head(2)))
+    assert not any("learned features" in str(w.message) for w in caught)
+    assert "Caveat" in text and "under-cover" in text
+    with pytest.warns(ccme.errors.CcmeWarning, match="conditional on the learned features"):
+        tuned.effect(newdata=data.head(2), n_boot=29)
+    ridge = ccme.fit(SMALL, data, seed=3, tune="none")
+    assert ridge.estimator.bootstrap_caveat is None and "Caveat" not in str(ridge.summary(newdata=data.head(2)))

@@ -91,14 +91,15 @@ fig.tight_layout()
 # ## Reading the results
 #
 # On this simulation, with the defaults, the error of every estimator falls
-# with n.  Ridge is the most accurate at every n (ISE 0.0100 at n = 500,
-# 0.0031 at n = 4000), Deep Feature second (0.0113 to 0.0036, 1.1 to 1.5
-# times ridge's error); Neural-Kernel is the least accurate at every n here
-# (0.0147 to 0.0044; it has no ridge penalty, and the neural estimators add the
-# randomness of initialisation and early stopping, as the paper's Section
-# "Qualitative Assessment" also observes), but it is the fastest.  Ridge's
-# time at these sizes (a few seconds on this 2-core machine) is mostly its
-# automatic tuning and grows slowly; its
+# with n.  Ridge (ISE 0.0100 at n = 500, 0.0031 at n = 4000) and Deep
+# Feature (0.0117 to 0.0033) are close: Deep Feature's error is 0.95 to 1.33
+# times ridge's, below it at n = 1000 (its doubly robust second stage is split
+# as the ridge's, with the plug-in part's own penalty).  Neural-Kernel is the
+# least accurate at every n here (0.0130 to 0.0046; it has no ridge penalty,
+# and the neural estimators add the randomness of initialisation and early
+# stopping, as the paper's Section "Qualitative Assessment" also observes),
+# but it is the fastest.  Ridge's time at these sizes (a few seconds on this
+# 2-core machine) is mostly its automatic tuning and grows slowly; its
 # cost grows like n³ eventually (two n/2 × n/2 factorisations per fit: about
 # 14 s at n = 20000 without tuning, `benchmarks/paper_shape.py`).  Deep
 # Feature is the slowest here, because its default also selects λ by
@@ -107,8 +108,10 @@ fig.tight_layout()
 # Rules of thumb:
 #
 # - up to a few thousand units, `method="ridge"`: deterministic, no training
-#   choices, automatic tuning, and the bootstrap test and bands
-#   (`res.test_effect`, `res.bands`) are available for it only;
+#   choices, automatic tuning, and calibrated bootstrap tests and bands
+#   (`res.test_effect`, `res.bands`); Deep Feature's bootstrap holds its
+#   learned features fixed and under-covers (README, "Effects and
+#   uncertainty"), Neural-Kernel has none;
 # - at 10⁴ units and beyond, or when the memory guard refuses the ridge
 #   factors (each fold holds an (n/K)² matrix), `method="neural_kernel"` is
 #   the fastest, `method="deep_feature"` the more regularised of the two;

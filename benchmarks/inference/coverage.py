@@ -56,6 +56,10 @@ holds the study before the split, whose effect lines also predate the CDF's
 read-out kernel (8e6ba50; their coverage with it was measured by
 ``distribution_readout.py --factors fit`` on the same data sets).
 
+``results/coverage_deep_feature.jsonl`` holds the study of Deep Feature's
+bands and intervals (``--method deep_feature``, ecc7d06, hetero_v2 and
+linear_v1 at n = 2000, 100 data sets each): they under-cover (README).
+
 The order of the bias reduction (``ccme.bootstrap.BAND_ORDER``) and the
 simultaneous floor were chosen on the ``paper`` case at n = 2000 (the zoo's
 "choose" split); ``hetero_v2`` and ``linear_v1`` ("report") were not looked

@@ -105,6 +105,7 @@ and their undersmoothed refits) is computed once (the ``cache`` of
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -115,7 +116,7 @@ from scipy import stats
 from ._backend import max_threads as _backend_threads
 from ._backend import serial_blas
 from .embedding import invert_cdf, normalized_cdf, tail_means
-from .errors import DataError, ParameterError
+from .errors import CcmeWarning, DataError, ParameterError
 from .estimators import ESTIMATORS
 from .estimators.base import LinearSecondStage, linear_terms
 from .grids import outcome_grid
@@ -123,7 +124,8 @@ from .kernels import Kernel
 
 __all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_effect", "iterated_tikhonov",
            "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "REFIT_NOTE", "SD_FLOOR",
-           "SIMULTANEOUS_PENALTY", "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE"]
+           "SIMULTANEOUS_PENALTY", "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE",
+           "warn_caveat"]
 
 STATISTICS = ("mmd", "mean")
 #: Order m of the iterated Tikhonov regularisation of ``bands(target="smoothed")`` (:func:`iterated_tikhonov`).
@@ -152,6 +154,13 @@ _CHUNK_DOUBLES = 1 << 22
 # ---------------------------------------------------------------------------
 # per-fold linear structure (ccme.estimators.base.LinearSecondStage)
 # ---------------------------------------------------------------------------
+def warn_caveat(res) -> None:
+    """Say, in a CcmeWarning, what the estimator's bootstrap is known to leave out (``Estimator.bootstrap_caveat``)."""
+    if res.estimator.bootstrap_caveat:
+        # stacklevel: this function, the public one below, serial_blas's wrapper, the result's method, the caller
+        warnings.warn(res.estimator.bootstrap_caveat, CcmeWarning, stacklevel=5)
+
+
 def _linear_parts(res, arm: int) -> list:
     """Per fold, the linear second stages whose sum is its fold-arm (:func:`ccme.estimators.base.linear_terms`)."""
     parts = [linear_terms(part) for part in res.embeddings[arm].parts]
@@ -572,6 +581,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     diagnosis measured, at a seventh of the solves.  A second stage without
     a V kernel (Deep Feature) keeps one construction.
     """
+    warn_caveat(res)
     _check_boot(n_boot, level)
     if feature not in ("density", "cdf"):
         raise ParameterError(f"`feature` must be 'density' or 'cdf'; got {feature!r}")
@@ -782,6 +792,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed,
 
     ``arms``: the codes (a, b) of the two arms compared (:func:`_roles`).
     """
+    warn_caveat(res)
     role = _roles(arms)
     _check_boot(n_boot)
     if statistic not in STATISTICS:
@@ -847,6 +858,7 @@ def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: flo
     -------
     qte, lower, upper : ndarrays (n_v, len(q))
     """
+    warn_caveat(res)
     _check_boot(n_boot, level)
     g = _multipliers(res.n, n_boot, seed)
     role = _roles(arms)
@@ -944,6 +956,7 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     dict
         term → list of :class:`Interval`, one per column of the term's estimate.
     """
+    warn_caveat(res)
     _check_boot(n_boot, level)
     role = _roles(arms)
     # The calls below share each term's β_m(V) (iterated Tikhonov) and the first stage's pieces.
@@ -1054,6 +1067,7 @@ def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed,
     The global statistic is the mean of T(v) over the V-points, with the
     mean of T*(v) as its bootstrap distribution; p-values (1 + #{T* ≥ T}) / (1 + n_boot).
     """
+    warn_caveat(res)
     _check_boot(n_boot)
     if hypothesis not in ("dominance", "location"):
         raise ParameterError(f"`hypothesis` must be 'dominance' or 'location'; got {hypothesis!r}")

@@ -9,6 +9,7 @@ to LaTeX (``as_latex()``) and gives its table as a DataFrame
 from __future__ import annotations
 
 import html
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -265,7 +266,10 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
         pvalues = None
         if n_boot and res.estimator.supports_bootstrap and len(res.design.y_names) == 1:
             labels = pair if treatment.binary else tuple(treatment.label(a) for a in pair)
-            pvalues = res.test_effect(newdata=frame, n_boot=n_boot, arms=labels).table["p_value"].to_numpy()
+            with warnings.catch_warnings():  # the caveat becomes the section's note (below), not a warning
+                if res.estimator.bootstrap_caveat:
+                    warnings.filterwarnings("ignore", message=re.escape(res.estimator.bootstrap_caveat))
+                pvalues = res.test_effect(newdata=frame, n_boot=n_boot, arms=labels).table["p_value"].to_numpy()
         mean_cols = [c for c in table.columns if c.startswith("mean diff")]
         head = "" if treatment.binary else f"{treatment.label(pair[0])} vs {treatment.label(pair[1])}: "
         for i, label in enumerate(table.index):
@@ -276,4 +280,6 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
             rows.append((str(label), text))
     if pvalues is None:
         rows.append(("Test", "res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
+    elif res.estimator.bootstrap_caveat:
+        rows.append(("Caveat", res.estimator.bootstrap_caveat))
     return rows

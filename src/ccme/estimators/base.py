@@ -616,8 +616,11 @@ class Estimator(ABC):
     Class attributes: ``name`` (the ``method=`` string), ``title`` (for
     summaries), ``defaults`` (documented hyperparameter defaults),
     ``aliases`` (one name setting several hyperparameters, e.g. ``lam`` →
-    ``lam0`` and ``lam1``) and ``supports_bootstrap`` (its fold-arms implement
-    :class:`LinearSecondStage`).
+    ``lam0`` and ``lam1``), ``supports_bootstrap`` (its fold-arms implement
+    :class:`LinearSecondStage`) and ``bootstrap_caveat`` (None, or what its
+    measured coverage says the bootstrap leaves out: every band, interval
+    and test of :mod:`ccme.bootstrap` then says it in a
+    :class:`ccme.errors.CcmeWarning`, and the summary in a note).
     """
 
     name: str
@@ -625,6 +628,7 @@ class Estimator(ABC):
     defaults: Mapping
     aliases: Mapping = MappingProxyType({})
     supports_bootstrap: bool = False
+    bootstrap_caveat: str | None = None
 
     def options(self, hyperparameters: dict) -> dict:
         """The defaults updated by the user's hyperparameters (aliases expanded), see :func:`resolve_options`."""
