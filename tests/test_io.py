@@ -127,6 +127,24 @@ def test_neural_round_trip_is_bit_identical(data, method, mode, tmp_path):
     pd.testing.assert_frame_equal(res.training_history(), back.training_history())
 
 
+def test_split_deep_feature_round_trip_is_bit_identical(data, tmp_path):
+    """Deep Feature's split second stage (two fold-arms over one network, the plug-in part's atom mask) is stored."""
+    pytest.importorskip("torch")
+    from ccme.estimators.base import SplitSecondStage
+
+    res = _fit(data.iloc[:160], method="deep_feature", epochs=(4, 4), hidden=(6,), M=5, validation=0.0,
+               progress=False, tune="none", lam1_plugin=1e-3)
+    assert all(isinstance(part, SplitSecondStage) for part in res.embeddings[1].parts)
+    back = ccme.load(res.save(tmp_path / "split.ccme"))
+    V = res.design.V[:5]
+    for arm in (1, 0):
+        for got, want in zip(back.embeddings[arm].parts, res.embeddings[arm].parts):
+            assert isinstance(got, SplitSecondStage)
+            np.testing.assert_array_equal(got.weights(V)[1], want.weights(V)[1])
+            np.testing.assert_array_equal(got.atom_units, want.atom_units)
+    assert back.penalties == res.penalties
+
+
 def test_file_holds_only_json_and_plain_arrays(data, tmp_path):
     """Every entry is JSON or an .npy array that NumPy reads with allow_pickle=False; factors are packed."""
     res = _fit(data, tune="none")
