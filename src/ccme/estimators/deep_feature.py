@@ -280,6 +280,11 @@ class _FeatureMap:
         return _FeatureMap(self.net, self.standardizer, self.Psi, G, self.history, self.dtype, self.device)
 
 
+def penalty_shift(lam: float, count: int, scaling: str) -> float:
+    """λ_eff of ΨᵀΨ + λ_eff I: nλ in the paper's convention (``scaling`` "n", ``count`` units), else λ unscaled."""
+    return lam * count if scaling == "n" else lam
+
+
 def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, stage, generator, label="",
                     n_threads=0):
     """Train ψ on inputs ``Z`` (n × d) against the pseudo-outcomes of ``gram`` (trace loss)."""
@@ -287,7 +292,7 @@ def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, st
     device, dtype = torch_device(settings), torch_dtype(settings)
 
     def lam_eff(count):
-        return lam * count if scaling == "n" else lam
+        return penalty_shift(lam, count, scaling)
 
     standardizer = Standardizer(Z, settings.standardize)
     # The split first: it then does not depend on M, so tuning compares every M on the same held-out units.
@@ -546,11 +551,11 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
     fmap = fit_feature_map(V[target], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
                            stage=2, generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
     history[2] = fmap.history
+    arm_est = _assemble(fmap, history, a, Y[target], target, first, b)
     lam_plugin = (prepared.get("lam1_plugin") or {}).get(arm)
     if mode == "dr" and first is not None and lam_plugin is not None:
-        return split_plugin(fmap, history, a, Y[target], target, first,
-                            lam_plugin * len(target) if scaling == "n" else lam_plugin)
-    return _assemble(fmap, history, a, Y[target], target, first, b)
+        return split_plugin(arm_est, first, lam_plugin, scaling)
+    return arm_est
 
 
 @dataclass(frozen=True)
@@ -597,18 +602,23 @@ def _assemble(fmap, history, a, Y1, units, first: _FirstStage | None = None, b=N
     return DeepFeatureFoldArm(np.vstack(atoms), np.vstack(loadings), fmap, history, pseudo)
 
 
-def split_plugin(fmap, history, a, Y1, units, first: _FirstStage, lam_eff: float) -> SplitSecondStage:
-    """The doubly robust fold-arm with its plug-in part smoothed at its own penalty.
+def split_plugin(arm_est: "DeepFeatureFoldArm", first: _FirstStage, lam_plugin: float,
+                 scaling: str) -> SplitSecondStage:
+    """The doubly robust fold-arm ``arm_est`` with its plug-in part smoothed at its own penalty λ₁ᵖ.
 
     ξ̂_i = ω_i (φ(Y_i) − μ̂₀(X_i)) + μ̂₀(X_i): the correction keeps the learned
     features' penalty (G = ΨᵀΨ + nλ₁I), the plug-in part, whose targets carry
-    no outcome noise, gets G_p = ΨᵀΨ + λ_eff I (the ridge estimator's split,
+    no outcome noise, gets G_p = ΨᵀΨ + nλ₁ᵖI (``scaling`` as in
+    :func:`penalty_shift`; the ridge estimator's split,
     :class:`ccme.estimators.base.SplitSecondStage`).  Both parts share the
-    network, the atoms and the units.
+    network, the atoms and the units; ``first`` is the arm's first stage at
+    those units (:func:`first_stage_at`).
     """
+    fmap, history, p = arm_est.feature_map, arm_est.history, arm_est.pseudo
+    a, Y1, units = p["a"], p["Y1"], p["units"]
     correction = _assemble(fmap, history, a, Y1, units, first, -a)
-    plugin = _assemble(fmap.with_penalty(lam_eff), history, np.zeros_like(a), Y1, units, first, np.ones_like(a),
-                       direct=a != 0)
+    plugin = _assemble(fmap.with_penalty(penalty_shift(lam_plugin, len(units), scaling)), history, np.zeros_like(a),
+                       Y1, units, first, np.ones_like(a), direct=a != 0)
     return SplitSecondStage(correction=correction, plugin=plugin)
 
 
@@ -647,7 +657,7 @@ def plugin_penalty_curve(Psi, first: _FirstStage, lambdas, scaling: str, kernel)
     UT = U.T @ T
     errors = np.empty(len(lambdas))
     for k, lam in enumerate(np.asarray(lambdas, dtype=float)):
-        shrink = s**2 / (s**2 + (lam * n if scaling == "n" else lam))
+        shrink = s**2 / (s**2 + penalty_shift(lam, n, scaling))
         R = (T - U @ (shrink[:, None] * UT)) / (1.0 - (U**2) @ shrink)[:, None]
         errors[k] = np.einsum("ij,jk,ik->", R, C, R) / n
     return errors

@@ -69,7 +69,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..tuning import TuningCurve, TuningReport, note_edges
-from .deep_feature import first_stage_at, first_stage_map
+from .deep_feature import first_stage_at, first_stage_map, plugin_penalty_curve, split_plugin
 from .training import stage_histories
 
 __all__ = ["tune_neural"]
@@ -164,7 +164,6 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         report.chosen["M"] = int(values[best])
 
     if "lam0" in grids:
-
         values = np.asarray(grids["lam0"])
         for arm in design.arms:
             crit = np.array([
@@ -218,8 +217,6 @@ def _choose_plugin_penalty(arms, cand, report, values, design, first_stage):
     so no network is retrained; the tuning fold's arms are split with the
     chosen values and kept.
     """
-    from .deep_feature import plugin_penalty_curve, split_plugin
-
     kernel, scaling = cand["kernels"]["y"], cand["lam_scaling"]
     chosen, split = {}, {}
     for arm, est in arms.items():
@@ -228,9 +225,7 @@ def _choose_plugin_penalty(arms, cand, report, values, design, first_stage):
         chosen[arm] = float(values[_argmin(crit)])
         report.curves.append(TuningCurve("lam1_plugin", values, crit, "LOO (RKHS) of mu0(X) on the learned features",
                                          chosen[arm], arm))
-        p, n = est.pseudo, len(est.feature_map.Psi)
-        split[arm] = split_plugin(est.feature_map, est.history, p["a"], p["Y1"], p["units"], first,
-                                  chosen[arm] * n if scaling == "n" else chosen[arm])
+        split[arm] = split_plugin(est, first, chosen[arm], scaling)
     cand["lam1_plugin"] = chosen
     report.chosen["lam1_plugin"] = dict(chosen)
     return split
