@@ -219,7 +219,7 @@ def test_deep_feature_linear_second_stage_reproduces_the_estimate():
             np.testing.assert_allclose(sum(p.estimate() for p in lin),
                                        res.density(y, newdata=ccme.datasets.PAPER_PROFILES, arm=arm, normalize=False),
                                        rtol=1e-9, atol=1e-12)
-        with pytest.warns(CcmeWarning, match="conditional on the learned features"):
+        with pytest.warns(CcmeWarning, match="hold its learned features fixed"):
             band = res.bands(0.9, newdata=ccme.datasets.PAPER_PROFILES, y=y[:, 0], n_boot=29)
         assert np.all(band.lower <= band.estimate) and np.all(band.estimate <= band.upper)
         # ridge in learned features has no V kernel to undersmooth: one construction for both bands
