@@ -10,9 +10,10 @@ V-point and method:
 * bias: the estimates' mean minus the truth, and the same for the
   intervals' centres (the bias-aware intervals are centred on the
   bias-reduced estimate, not on the reported one);
-* spread: the estimates' standard deviation over the data sets against the
-  mean bootstrap standard error (the bootstrap is right about the spread
-  when the two agree);
+* spread: the standard deviation over the data sets of the estimates and
+  of the intervals' centres against the mean bootstrap standard error (the
+  bootstrap is right about the spread when they agree), and that of the
+  centres' studentised errors (1 when the standard errors are right);
 * coverage of the intervals;
 * for Deep Feature, the epoch at which each fold-arm's second-stage
   network had its best validation loss (the one kept): an early one means
@@ -21,7 +22,9 @@ V-point and method:
   seeds alone (the networks' own variability, which a bootstrap that holds
   the learned features fixed leaves out).
 
-``--propensity true`` passes the true propensity scores, which makes the
+``--tune none`` keeps the default hyperparameters on every data set (the
+bootstrap does not resample their choice).  ``--propensity true`` passes
+the true propensity scores, which makes the
 doubly robust pseudo-outcome exactly unbiased given X, so a bias left then
 comes from the second stage.  Resumable; one JSON line per fit::
 
@@ -55,11 +58,13 @@ from benchmarks.inference.coverage import LEVEL, _means, study_points  # noqa: E
 OUT = Path(__file__).resolve().parent / "results" / "deep_feature_diagnosis.jsonl"
 
 
-def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str) -> dict:
+def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str, tune: str = "auto") -> dict:
     data, _ = case.simulate(n, rep)
     v_points, _ = study_points(case)
     truth = _means(case.mixture(v_points, 1)) - _means(case.mixture(v_points, 0))
     options = {} if method == "ridge" else {"progress": False}
+    if tune != "auto":
+        options["tune"] = tune
     if propensity == "true":
         options["propensity"] = np.asarray(case.propensity(data), dtype=float)
     started = time.perf_counter()
@@ -75,13 +80,19 @@ def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str) -> 
         extra["stage2_best_epoch"] = {str(arm): [int(g["epoch"][g["best"]].iloc[0]) for _, g in rows.groupby("fold")]
                                       for arm, rows in final.groupby("arm")}
     return {**extra, "case": case.name, "n": n, "rep": rep, "seed": seed, "method": method, "propensity": propensity,
+            **({} if tune == "auto" else {"tune": tune}),
             "estimate": md["estimate"].tolist(), "std_error": md["std_error"].tolist(),
             "conf_low": md["conf_low"].tolist(), "conf_high": md["conf_high"].tolist(), "truth": truth.tolist(),
             "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _key(row: dict) -> tuple:
-    return row["case"], row["n"], row["method"], row["propensity"]
+    return row["case"], row["n"], row["method"], row["propensity"], row.get("tune", "auto")
+
+
+def _sd(values: np.ndarray) -> np.ndarray:
+    """Standard deviation over data sets (rows); NaN with fewer than two."""
+    return values.std(0, ddof=1) if len(values) > 1 else np.full(values.shape[1], np.nan)
 
 
 def summarise(path: Path) -> str:
@@ -91,7 +102,7 @@ def summarise(path: Path) -> str:
         group = [r for r in rows if _key(r) == key]
         across = [r for r in group if r["seed"] == r["rep"]]       # one fit per data set
         seeds = [r for r in group if r["rep"] == 0]                # data set 0 at every seed
-        lines.append(f"== {key[0]}, n = {key[1]}, {key[2]}, propensity {key[3]}: {len(across)} data sets")
+        lines.append(f"== {key[0]}, n = {key[1]}, {key[2]}, propensity {key[3]}, tune {key[4]}: {len(across)} data sets")
         if across:
             est, se = np.array([r["estimate"] for r in across]), np.array([r["std_error"] for r in across])
             lo, hi = np.array([r["conf_low"] for r in across]), np.array([r["conf_high"] for r in across])
@@ -100,8 +111,10 @@ def summarise(path: Path) -> str:
                 ("truth", truth),
                 ("bias of the estimate", est.mean(0) - truth),
                 ("bias of the interval's centre", ((lo + hi) / 2).mean(0) - truth),
-                ("sd of the estimate", est.std(0, ddof=1) if len(across) > 1 else np.full(len(truth), np.nan)),
+                ("sd of the estimate", _sd(est)),
+                ("sd of the interval's centre", _sd((lo + hi) / 2)),
                 ("mean bootstrap standard error", se.mean(0)),
+                ("sd of (centre - truth) / std_error", _sd(((lo + hi) / 2 - truth) / se)),
                 (f"coverage of the {LEVEL:.0%} interval", ((lo <= truth) & (truth <= hi)).mean(0)),
             ):
                 lines.append(f"   {name:<34}" + "".join(f"{x:>9.3f}" for x in value))
@@ -126,6 +139,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=0, help="also fit data set 0 with seeds 1..SEEDS")
     parser.add_argument("--method", default="deep_feature")
     parser.add_argument("--propensity", choices=("fit", "true"), default="fit")
+    parser.add_argument("--tune", choices=("auto", "none"), default="auto",
+                        help="fit(tune=...): 'none' keeps the default hyperparameters on every data set")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)
@@ -139,9 +154,9 @@ def main(argv=None) -> int:
         done = {(*_key(r), r["rep"], r["seed"]) for r in map(json.loads, args.out.read_text().splitlines())}
     fits = [(rep, rep) for rep in range(args.first, args.reps)] + [(0, s) for s in range(1, args.seeds + 1)]
     for rep, seed in fits:
-        if (case.name, args.n, args.method, args.propensity, rep, seed) in done:
+        if (case.name, args.n, args.method, args.propensity, args.tune, rep, seed) in done:
             continue
-        row = one_fit(case, args.n, rep, seed, args.method, args.propensity)
+        row = one_fit(case, args.n, rep, seed, args.method, args.propensity, args.tune)
         with args.out.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         print(case.name, args.n, args.method, rep, seed, f"{row['seconds']} s", flush=True)
