@@ -1,4 +1,7 @@
-"""Why Deep Feature's effect intervals under-cover: bias or spread, point by point (issue 12).
+"""Why effect intervals under-cover: bias or spread, point by point (issue 12).
+
+Written for Deep Feature's intervals (README, "Deep Feature's inference
+under-covers") and used for the ridge's on cases off the coverage study.
 
 For each simulated data set of a case with exact truth (the coverage study's
 case and V-points, :func:`benchmarks.inference.coverage.study_points`), the
@@ -28,11 +31,11 @@ the true propensity scores, which makes the
 doubly robust pseudo-outcome exactly unbiased given X, so a bias left then
 comes from the second stage.  Resumable; one JSON line per fit::
 
-    python benchmarks/inference/deep_feature_diagnosis.py --reps 12
-    python benchmarks/inference/deep_feature_diagnosis.py --reps 12 --method ridge
-    python benchmarks/inference/deep_feature_diagnosis.py --reps 12 --propensity true
-    python benchmarks/inference/deep_feature_diagnosis.py --reps 1 --seeds 10
-    python benchmarks/inference/deep_feature_diagnosis.py --summarise
+    python benchmarks/inference/interval_diagnosis.py --reps 12
+    python benchmarks/inference/interval_diagnosis.py --reps 12 --method ridge
+    python benchmarks/inference/interval_diagnosis.py --reps 12 --propensity true
+    python benchmarks/inference/interval_diagnosis.py --reps 1 --seeds 10
+    python benchmarks/inference/interval_diagnosis.py --summarise
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ import ccme  # noqa: E402
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
 from benchmarks.inference.coverage import LEVEL, _means, study_points  # noqa: E402
 
-OUT = Path(__file__).resolve().parent / "results" / "deep_feature_diagnosis.jsonl"
+OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
 
 def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str, tune: str = "auto") -> dict:
