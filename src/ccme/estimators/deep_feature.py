@@ -671,7 +671,8 @@ class DeepFeatureEstimator(NeuralEstimator):
     build_arm = staticmethod(build_deep_feature_arm)
     supports_bootstrap = True  # the second stage is ridge in the learned features (DeepFeatureFoldArm)
     #: Measured by ``benchmarks/inference/coverage.py --method deep_feature`` and
-    #: ``benchmarks/inference/deep_feature_size.py`` (README, "Effects and uncertainty").
+    #: ``benchmarks/inference/deep_feature_size.py``; the bias located by
+    #: ``benchmarks/inference/interval_diagnosis.py`` (README, "Effects and uncertainty").
     bootstrap_caveat = (
         "Deep Feature's bands, intervals and tests hold its learned features fixed, and the estimate in those "
         "features can be biased at some V-points by more than its standard error, a bias the bootstrap does not "
