@@ -25,11 +25,12 @@ V-point and method:
   seeds alone (the networks' own variability, which a bootstrap that holds
   the learned features fixed leaves out).
 
-``--n-rep R`` repeats the cross-fitting on R splits.  ``--tune none`` keeps the default hyperparameters on every data set (the
-bootstrap does not resample their choice).  ``--propensity true`` passes
-the true propensity scores, which makes the
-doubly robust pseudo-outcome exactly unbiased given X, so a bias left then
-comes from the second stage.  Resumable; one JSON line per fit::
+``--mode ipw`` fits without a first stage; ``--n-rep R`` repeats the
+cross-fitting on R splits; ``--tune none`` keeps the default
+hyperparameters on every data set (the bootstrap does not resample their
+choice); ``--propensity true`` passes the true propensity scores, which
+makes the doubly robust pseudo-outcome exactly unbiased given X, so a bias
+left then comes from the second stage.  Resumable; one JSON line per fit::
 
     python benchmarks/inference/interval_diagnosis.py --reps 12
     python benchmarks/inference/interval_diagnosis.py --reps 12 --method ridge
@@ -62,7 +63,7 @@ OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
 
 def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str, tune: str = "auto",
-            n_rep: int = 1) -> dict:
+            n_rep: int = 1, mode: str = "dr") -> dict:
     data, _ = case.simulate(n, rep)
     v_points, _ = study_points(case)
     truth = _means(case.mixture(v_points, 1)) - _means(case.mixture(v_points, 0))
@@ -71,6 +72,8 @@ def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str, tun
         options["tune"] = tune
     if n_rep != 1:
         options["n_rep"] = n_rep
+    if mode != "dr":
+        options["mode"] = mode
     if propensity == "true":
         options["propensity"] = np.asarray(case.propensity(data), dtype=float)
     started = time.perf_counter()
@@ -87,13 +90,15 @@ def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str, tun
                                       for arm, rows in final.groupby("arm")}
     return {**extra, "case": case.name, "n": n, "rep": rep, "seed": seed, "method": method, "propensity": propensity,
             **({} if tune == "auto" else {"tune": tune}), **({} if n_rep == 1 else {"n_rep": n_rep}),
+            **({} if mode == "dr" else {"mode": mode}),
             "estimate": md["estimate"].tolist(), "std_error": md["std_error"].tolist(),
             "conf_low": md["conf_low"].tolist(), "conf_high": md["conf_high"].tolist(), "truth": truth.tolist(),
             "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _key(row: dict) -> tuple:
-    return row["case"], row["n"], row["method"], row["propensity"], row.get("tune", "auto"), row.get("n_rep", 1)
+    return (row["case"], row["n"], row["method"], row["propensity"], row.get("tune", "auto"), row.get("n_rep", 1),
+            row.get("mode", "dr"))
 
 
 def _sd(values: np.ndarray) -> np.ndarray:
@@ -109,7 +114,7 @@ def summarise(path: Path) -> str:
         across = [r for r in group if r["seed"] == r["rep"]]       # one fit per data set
         seeds = [r for r in group if r["rep"] == 0]                # data set 0 at every seed
         lines.append(f"== {key[0]}, n = {key[1]}, {key[2]}, propensity {key[3]}, tune {key[4]}, "
-                     f"n_rep {key[5]}: {len(across)} data sets")
+                     f"n_rep {key[5]}, mode {key[6]}: {len(across)} data sets")
         if across:
             est, se = np.array([r["estimate"] for r in across]), np.array([r["std_error"] for r in across])
             lo, hi = np.array([r["conf_low"] for r in across]), np.array([r["conf_high"] for r in across])
@@ -149,6 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tune", choices=("auto", "none"), default="auto",
                         help="fit(tune=...): 'none' keeps the default hyperparameters on every data set")
     parser.add_argument("--n-rep", type=int, default=1, help="fit(n_rep=...): repeated cross-fitting")
+    parser.add_argument("--mode", default="dr", help="fit(mode=...): 'ipw' has no first stage")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)
@@ -162,9 +168,9 @@ def main(argv=None) -> int:
         done = {(*_key(r), r["rep"], r["seed"]) for r in map(json.loads, args.out.read_text().splitlines())}
     fits = [(rep, rep) for rep in range(args.first, args.reps)] + [(0, s) for s in range(1, args.seeds + 1)]
     for rep, seed in fits:
-        if (case.name, args.n, args.method, args.propensity, args.tune, args.n_rep, rep, seed) in done:
+        if (case.name, args.n, args.method, args.propensity, args.tune, args.n_rep, args.mode, rep, seed) in done:
             continue
-        row = one_fit(case, args.n, rep, seed, args.method, args.propensity, args.tune, args.n_rep)
+        row = one_fit(case, args.n, rep, seed, args.method, args.propensity, args.tune, args.n_rep, args.mode)
         with args.out.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         print(case.name, args.n, args.method, rep, seed, f"{row['seconds']} s", flush=True)
