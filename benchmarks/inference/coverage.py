@@ -69,7 +69,6 @@ at before the choice.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import warnings
@@ -85,6 +84,7 @@ import ccme  # noqa: E402
 
 from benchmarks.accuracy._base import Mixture  # noqa: E402
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
+from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 
 LEVEL = 0.9
 Q = (0.25, 0.5, 0.75)
@@ -201,12 +201,8 @@ def _means(mix: Mixture) -> np.ndarray:
 
 def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0, bands_only: bool = False,
         method: str = "ridge") -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            row = json.loads(line)
-            done.add((row["case"], row["n"], row["rep"], row.get("n_rep", 1), row.get("method", "ridge")))
+    done = {(row["case"], row["n"], row["rep"], row.get("n_rep", 1), row.get("method", "ridge"))
+            for row in read_rows(out)}
     for name in cases:
         case = get_case(name)
         v_points, y = study_points(case)
@@ -215,8 +211,7 @@ def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0, ban
                 continue
             row = one_data_set(case, n, rep, v_points, y, n_rep, bands_only, method)
             row["ccme_commit"] = _commit()
-            with out.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
+            append_row(out, row)
             print(name, n, rep, f"fit {row['fit_seconds']} s, bands {row['bands_seconds']} s", flush=True)
 
 
@@ -235,7 +230,7 @@ def _commit() -> str:
 
 def summarise(out: Path) -> str:
     """A markdown table: one row per case and n, coverage averaged over data sets, V-points and both arms."""
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = read_rows(out)
     groups = {}
     for row in rows:
         label = row["case"] + (f" ({row['method']})" if "method" in row else "")

@@ -16,7 +16,6 @@ data set, resumable)::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -31,6 +30,7 @@ if str(ROOT) not in sys.path:
 import ccme  # noqa: E402
 
 from benchmarks.calibration import SCALE_FORMULA, scale_data  # noqa: E402
+from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "deep_feature_size.jsonl"
 
@@ -47,7 +47,7 @@ def one_data_set(n: int, rep: int) -> dict:
 
 
 def summarise(path: Path) -> str:
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = read_rows(path)
     lines = ["| n | null data sets | global, 5% | global, 10% | at x1 = 0, 5% | at x1 = 0, 10% |", "|---|---|---|---|---|---|"]
     for n in sorted({r["n"] for r in rows}):
         group = [r for r in rows if r["n"] == n]
@@ -68,16 +68,12 @@ def main(argv=None) -> int:
     if args.summarise:
         print(summarise(args.out))
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if args.out.exists():
-        done = {(r["n"], r["rep"]) for r in map(json.loads, args.out.read_text().splitlines())}
+    done = {(r["n"], r["rep"]) for r in read_rows(args.out)}
     for rep in range(args.first, args.reps):
         if (args.n, rep) in done:
             continue
         row = one_data_set(args.n, rep)
-        with args.out.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        append_row(args.out, row)
         print(args.n, rep, f"p = {row['p_global']:.3f}", flush=True)
     return 0
 

@@ -42,7 +42,6 @@ left then comes from the second stage.  Resumable; one JSON line per fit::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import warnings
@@ -58,22 +57,22 @@ import ccme  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
 from benchmarks.inference.coverage import LEVEL, _means, study_points  # noqa: E402
+from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
 
-def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str, tune: str = "auto",
-            n_rep: int = 1, mode: str = "dr") -> dict:
+#: The fit options a run may vary, at their defaults.  A row stores the ones that differ, so rows written
+#: before an option existed read as its default.
+VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr"}
+
+
+def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, **varied) -> dict:
     data, _ = case.simulate(n, rep)
     v_points, _ = study_points(case)
     truth = _means(case.mixture(v_points, 1)) - _means(case.mixture(v_points, 0))
-    options = {} if method == "ridge" else {"progress": False}
-    if tune != "auto":
-        options["tune"] = tune
-    if n_rep != 1:
-        options["n_rep"] = n_rep
-    if mode != "dr":
-        options["mode"] = mode
+    changed = {k: v for k, v in varied.items() if v != VARIED[k]}
+    options = {**changed, **({} if method == "ridge" else {"progress": False})}
     if propensity == "true":
         options["propensity"] = np.asarray(case.propensity(data), dtype=float)
     started = time.perf_counter()
@@ -89,16 +88,14 @@ def one_fit(case, n: int, rep: int, seed: int, method: str, propensity: str, tun
         extra["stage2_best_epoch"] = {str(arm): [int(g["epoch"][g["best"]].iloc[0]) for _, g in rows.groupby("fold")]
                                       for arm, rows in final.groupby("arm")}
     return {**extra, "case": case.name, "n": n, "rep": rep, "seed": seed, "method": method, "propensity": propensity,
-            **({} if tune == "auto" else {"tune": tune}), **({} if n_rep == 1 else {"n_rep": n_rep}),
-            **({} if mode == "dr" else {"mode": mode}),
-            "estimate": md["estimate"].tolist(), "std_error": md["std_error"].tolist(),
+            **changed, "estimate": md["estimate"].tolist(), "std_error": md["std_error"].tolist(),
             "conf_low": md["conf_low"].tolist(), "conf_high": md["conf_high"].tolist(), "truth": truth.tolist(),
             "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _key(row: dict) -> tuple:
-    return (row["case"], row["n"], row["method"], row["propensity"], row.get("tune", "auto"), row.get("n_rep", 1),
-            row.get("mode", "dr"))
+    """The run a row belongs to: case, n, method, propensity and the :data:`VARIED` options."""
+    return (row["case"], row["n"], row["method"], row["propensity"], *(row.get(k, v) for k, v in VARIED.items()))
 
 
 def _sd(values: np.ndarray) -> np.ndarray:
@@ -107,14 +104,14 @@ def _sd(values: np.ndarray) -> np.ndarray:
 
 
 def summarise(path: Path) -> str:
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = read_rows(path)
     lines = []
     for key in sorted({_key(r) for r in rows}):
         group = [r for r in rows if _key(r) == key]
         across = [r for r in group if r["seed"] == r["rep"]]       # one fit per data set
         seeds = [r for r in group if r["rep"] == 0]                # data set 0 at every seed
-        lines.append(f"== {key[0]}, n = {key[1]}, {key[2]}, propensity {key[3]}, tune {key[4]}, "
-                     f"n_rep {key[5]}, mode {key[6]}: {len(across)} data sets")
+        varied = ", ".join(f"{k} {v}" for k, v in zip(VARIED, key[4:]))
+        lines.append(f"== {key[0]}, n = {key[1]}, {key[2]}, propensity {key[3]}, {varied}: {len(across)} data sets")
         if across:
             est, se = np.array([r["estimate"] for r in across]), np.array([r["std_error"] for r in across])
             lo, hi = np.array([r["conf_low"] for r in across]), np.array([r["conf_high"] for r in across])
@@ -162,17 +159,16 @@ def main(argv=None) -> int:
         print(summarise(args.out))
         return 0
     case = get_case(args.case)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if args.out.exists():
-        done = {(*_key(r), r["rep"], r["seed"]) for r in map(json.loads, args.out.read_text().splitlines())}
+    settings = {"n": args.n, "method": args.method, "propensity": args.propensity, "tune": args.tune,
+                "n_rep": args.n_rep, "mode": args.mode}
+    run = _key({"case": case.name, **settings})
+    done = {(r["rep"], r["seed"]) for r in read_rows(args.out) if _key(r) == run}
     fits = [(rep, rep) for rep in range(args.first, args.reps)] + [(0, s) for s in range(1, args.seeds + 1)]
     for rep, seed in fits:
-        if (case.name, args.n, args.method, args.propensity, args.tune, args.n_rep, args.mode, rep, seed) in done:
+        if (rep, seed) in done:
             continue
-        row = one_fit(case, args.n, rep, seed, args.method, args.propensity, args.tune, args.n_rep, args.mode)
-        with args.out.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        row = one_fit(case, rep, seed, **settings)
+        append_row(args.out, row)
         print(case.name, args.n, args.method, rep, seed, f"{row['seconds']} s", flush=True)
     return 0
 
