@@ -87,7 +87,6 @@ def outside_v_bias(case, seed=12345, n=20000):
         return float("nan")
     if len(vcols) == len(case.x_columns):
         return 0.0
-    Vn = V.to_numpy()
     discrete = all(V[c].dtype.kind in "OUSb" or V[c].nunique() <= 10 for c in vcols)
     if discrete:
         key = pd.Series([tuple(r) for r in V.astype(str).to_numpy()])

@@ -137,3 +137,19 @@ def test_the_completeness_check_sees_gaps():
     assert "raises a ccme error but has no Raises section" in problems
     assert "parameter 'arm': the type line does not end in ', default 1'" in problems
     assert len(list(_public_methods())) > 40
+
+
+def _modules():
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(ccme.__path__, "ccme."):
+        if info.name != "ccme.__main__":
+            yield importlib.import_module(info.name)
+
+
+def test_every_name_in_all_exists():
+    """``from ccme.<module> import *`` works: each module's ``__all__`` names only what the module defines."""
+    missing = [f"{module.__name__}.{name}" for module in _modules()
+               for name in getattr(module, "__all__", ()) if not hasattr(module, name)]
+    assert missing == []

@@ -99,8 +99,6 @@ __all__ = [
     "check_schema",
     "str_keys",
     "int_keys",
-    "save",
-    "load",
 ]
 
 #: Name of the archive format, in ``ccme.json``.

@@ -308,16 +308,15 @@ def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, st
         batch = batch.to(device)
         return trace_loss(train_block.sub(batch), net(Zt[train_t[batch]]), lam_eff(len(batch)))
 
-    val_loss = None
     if val is not None:
         cross_block = gram.block(val, train, dtype, device)
         val_t = torch.as_tensor(val, device=device)
 
-        def val_loss():
-            return heldout_loss(train_block, cross_block, net(Zt[train_t]), net(Zt[val_t]), lam_eff(len(train)))
+    def val_loss():
+        return heldout_loss(train_block, cross_block, net(Zt[train_t]), net(Zt[val_t]), lam_eff(len(train)))
 
-    history = train_stage(net, loss, len(train), settings, stage, generator, val_loss_fn=val_loss, label=label,
-                          n_threads=n_threads)
+    history = train_stage(net, loss, len(train), settings, stage, generator,
+                          val_loss_fn=None if val is None else val_loss, label=label, n_threads=n_threads)
     Psi = network_outputs(net, standardizer, Z, dtype, device)
     G = Psi.T @ Psi + lam_eff(len(Z)) * np.eye(M)
     return _FeatureMap(net, standardizer, Psi, G, history, dtype, device)

@@ -179,15 +179,13 @@ def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_th
         rows = train_t if batch is None else train_t[batch.to(device)]
         return nk_loss(net(Zt[rows]), Tt[rows], ct[rows], Kt)
 
-    val_loss = None
-    if val is not None:
-        val_t = torch.as_tensor(val, device=device)
+    val_t = None if val is None else torch.as_tensor(val, device=device)
 
-        def val_loss():
-            return nk_loss(net(Zt[val_t]), Tt[val_t], ct[val_t], Kt)
+    def val_loss():
+        return nk_loss(net(Zt[val_t]), Tt[val_t], ct[val_t], Kt)
 
-    history = train_stage(net, loss, len(train), settings, stage, generator, val_loss_fn=val_loss, label=label,
-                          n_threads=n_threads)
+    history = train_stage(net, loss, len(train), settings, stage, generator,
+                          val_loss_fn=None if val is None else val_loss, label=label, n_threads=n_threads)
     return net, standardizer, history
 
 

@@ -17,7 +17,7 @@ runs.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 
 import copy
 import numbers
