@@ -18,7 +18,6 @@ the CDF's kernel.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import warnings
@@ -34,6 +33,7 @@ import ccme  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
 from benchmarks.inference.coverage import LEVEL, _commit, smoothed, study_parser, study_points  # noqa: E402
+from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "inference" / "results" / "cdf_band_coverage.jsonl"
 
@@ -61,7 +61,7 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray) -> dict:
 
 
 def summarise(path: Path) -> str:
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = read_rows(path)
     rows = list({(r["case"], r["n"], r["rep"]): r for r in rows}.values())  # a resumed shard may repeat a set
     groups = {}
     for row in rows:
@@ -84,14 +84,12 @@ def main(argv=None) -> int:
     if args.summarise:
         print(summarise(args.out))
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.cases.split(","):
         case = get_case(name)
         v_points, y = study_points(case)
         for rep in range(args.first, args.reps):
             row = one_data_set(case, args.n, rep, v_points, y)
-            with args.out.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
+            append_row(args.out, row)
             print(name, args.n, rep, f"bands {row['bands_seconds']} s", flush=True)
     return 0
 

@@ -29,7 +29,6 @@ that was chosen on data (the density's tuned bandwidth, the CDF's rate).
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 import warnings
@@ -47,6 +46,7 @@ from ccme.kernels import Kernel  # noqa: E402
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
 from benchmarks.inference.coverage import (ALPHA, LEVEL, Q, _commit, _means, quantiles, shortfalls,  # noqa: E402
                                           study_parser)
+from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "inference" / "results" / "distribution_readout.jsonl"
 
@@ -93,7 +93,7 @@ def one_data_set(case, n: int, rep: int, v_points, factors) -> list:
 
 
 def summarise(path: Path) -> str:
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = read_rows(path)
     groups = {}
     for row in rows:
         groups.setdefault((row["case"], row["n"], str(row["factor"])), []).append(row)
@@ -120,15 +120,13 @@ def main(argv=None) -> int:
         print(summarise(args.out))
         return 0
     factors = args.factors.split(",")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.cases.split(","):
         case = get_case(name)
         v_points = case.eval_points(3, seed=0)
         for rep in range(args.first, args.reps):
             rows = one_data_set(case, args.n, rep, v_points, factors)
-            with args.out.open("a") as fh:
-                for row in rows:
-                    fh.write(json.dumps(row) + "\n")
+            for row in rows:
+                append_row(args.out, row)
             print(name, args.n, rep, [r["seconds"] for r in rows], flush=True)
     return 0
 
