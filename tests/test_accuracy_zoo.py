@@ -158,6 +158,16 @@ def test_draw_reproducible_by_seed(name):
     assert not a.equals(c)
 
 
+def test_fixed_design_keeps_v_and_redraws_the_rest():
+    """``simulate(..., v_seed=s)``: the same V for every seed, and W, A and Y drawn anew (the diagnosis's fixed design)."""
+    case = CASES["mixture_v3"]
+    a, _ = case.simulate(300, 1, v_seed=5)
+    b, _ = case.simulate(300, 2, v_seed=5)
+    pd.testing.assert_frame_equal(a[case.v_columns], b[case.v_columns])
+    assert not np.allclose(a["w1"], b["w1"]) and not np.allclose(a["y"], b["y"])
+    pd.testing.assert_frame_equal(a[case.v_columns], case.sample_v(300, np.random.default_rng(5)))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_eval_points_have_v_columns(name):
     case = CASES[name]

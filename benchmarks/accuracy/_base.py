@@ -227,10 +227,13 @@ class SyntheticCase(Case):
     def sample_y(self, x: pd.DataFrame, arm: int, rng) -> np.ndarray:
         raise NotImplementedError
 
-    def simulate(self, n, seed):
+    def simulate(self, n, seed, v_seed=None):
+        """As :meth:`Case.simulate`; with ``v_seed``, V comes from a stream of its own (the same V for every
+        ``seed``: a fixed design, for studies that condition on it) and W, A and Y from ``seed``'s."""
         n = int(n)
         rng = np.random.default_rng(seed)
-        v = self.sample_v(n, rng).reset_index(drop=True)
+        v_rng = rng if v_seed is None else np.random.default_rng(v_seed)
+        v = self.sample_v(n, v_rng).reset_index(drop=True)
         w = self.sample_w(v, rng).reset_index(drop=True)
         x = pd.concat([v, w], axis=1)
         ps = self.propensity(x)

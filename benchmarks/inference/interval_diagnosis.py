@@ -25,6 +25,10 @@ V-point and method:
   seeds alone (the networks' own variability, which a bootstrap that holds
   the learned features fixed leaves out).
 
+``--design fixed-v`` draws V once (seed :data:`FIXED_V_SEED`) and only W,
+A and Y anew per data set: the multiplier bootstrap conditions on the
+design, so the spread of the centres then shows whether it is right given
+V, and the difference to the default (``random``) what V's sampling adds.
 ``--mode ipw`` fits without a first stage; ``--n-rep R`` repeats the
 cross-fitting on R splits; ``--tune none`` keeps the default
 hyperparameters on every data set (the bootstrap does not resample their
@@ -64,15 +68,19 @@ OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
 #: The fit options a run may vary, at their defaults.  A row stores the ones that differ, so rows written
 #: before an option existed read as its default.
-VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr"}
+VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr", "design": "random"}
+
+#: The seed of V's own stream with ``--design fixed-v`` (:meth:`benchmarks.accuracy._base.SyntheticCase.simulate`).
+FIXED_V_SEED = 10**6
 
 
 def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, **varied) -> dict:
-    data, _ = case.simulate(n, rep)
+    data, _ = case.simulate(n, rep, **({"v_seed": FIXED_V_SEED} if varied["design"] == "fixed-v" else {}))
     v_points, _ = study_points(case)
     truth = _means(case.mixture(v_points, 1)) - _means(case.mixture(v_points, 0))
     changed = {k: v for k, v in varied.items() if v != VARIED[k]}
-    options = {**changed, **({} if method == "ridge" else {"progress": False})}
+    options = {k: v for k, v in changed.items() if k != "design"}      # the design is the data's, not a fit option
+    options.update({} if method == "ridge" else {"progress": False})
     if propensity == "true":
         options["propensity"] = np.asarray(case.propensity(data), dtype=float)
     started = time.perf_counter()
@@ -152,6 +160,8 @@ def main(argv=None) -> int:
                         help="fit(tune=...): 'none' keeps the default hyperparameters on every data set")
     parser.add_argument("--n-rep", type=int, default=1, help="fit(n_rep=...): repeated cross-fitting")
     parser.add_argument("--mode", default="dr", help="fit(mode=...): 'ipw' has no first stage")
+    parser.add_argument("--design", choices=("random", "fixed-v"), default="random",
+                        help="'fixed-v': the same V in every data set (synthetic cases), W, A and Y drawn anew")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)
@@ -160,7 +170,7 @@ def main(argv=None) -> int:
         return 0
     case = get_case(args.case)
     settings = {"n": args.n, "method": args.method, "propensity": args.propensity, "tune": args.tune,
-                "n_rep": args.n_rep, "mode": args.mode}
+                "n_rep": args.n_rep, "mode": args.mode, "design": args.design}
     run = _key({"case": case.name, **settings})
     done = {(r["rep"], r["seed"]) for r in read_rows(args.out) if _key(r) == run}
     fits = [(rep, rep) for rep in range(args.first, args.reps)] + [(0, s) for s in range(1, args.seeds + 1)]
