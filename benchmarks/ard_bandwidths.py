@@ -15,7 +15,12 @@ Cases (each with an exact conditional density):
   still the paper's density of x1..x5;
 - ``categorical``: V = one categorical g with 4 levels that shifts the
   outcome's mean (and the effect), confounders x1, x2 outside V;
-  Y^a | g = N(m_a(g), 2.25) exactly.
+  Y^a | g = N(m_a(g), 2.25) exactly;
+- ``composition``: V = one categorical site s with 8 levels that acts only
+  through the make-up of its units: the confounders w1, w2 outside V have
+  site-specific means, Y^a depends on them and not on s, so given X the
+  site is irrelevant (stage 1 pools it) while p(Y^a | s) differs from site
+  to site; Y^a | s = N(b_a·m(s), |b_a|² + 1) exactly.
 
 Integrated squared error: mean over 1000 fresh V-points (the categorical:
 its four levels, weighted by their probabilities) of ∫ (p̂ − p)² dy on 1000
@@ -49,6 +54,14 @@ SHIFT = np.array([0.0, 1.5, 3.0, 4.5])
 EFFECT = np.array([1.0, 2.0, 1.0, 0.0])
 
 
+COMPOSITION = "y ~ a | s | w1 + w2"
+SITES = np.array([f"s{j}" for j in range(1, 9)])
+SITE_P = np.array([0.2, 0.15, 0.15, 0.1, 0.1, 0.1, 0.1, 0.1])
+SITE_MEANS = np.array([[-1.2, 0.5], [-0.6, -0.8], [0.0, 1.0], [0.4, -0.3], [0.8, 0.6], [1.2, -1.0],
+                       [-0.3, 0.0], [1.6, 1.2]])
+SLOPES = {0: np.array([1.0, 0.8]), 1: np.array([1.0, 1.3])}     # Y^a = a + SLOPES[a]·w + N(0, 1)
+
+
 def paper_noise(n, seed):
     data = ccme.datasets.paper_simulation(n, seed=seed)
     noise = np.random.default_rng([seed, 99]).normal(size=(n, 10))
@@ -63,6 +76,16 @@ def categorical(n, seed):
     y0 = SHIFT[code] + x1 + 0.5 * x2 + rng.normal(size=n)     # given g: N(SHIFT, 1 + 0.25 + 1)
     y1 = y0 + EFFECT[code]
     return pd.DataFrame({"y": np.where(a == 1, y1, y0), "a": a, "g": LEVELS[code], "x1": x1, "x2": x2})
+
+
+def composition(n, seed):
+    rng = np.random.default_rng([seed, 11])
+    code = rng.choice(len(SITES), size=n, p=SITE_P)
+    w = SITE_MEANS[code] + rng.normal(size=(n, 2))
+    a = rng.binomial(1, 1 / (1 + np.exp(-(0.9 * w[:, 0] - 0.6 * w[:, 1] + 0.2 * (code % 3) - 0.3))))
+    eps = rng.normal(size=n)
+    y0, y1 = w @ SLOPES[0] + eps, 1.0 + w @ SLOPES[1] + eps
+    return pd.DataFrame({"y": np.where(a == 1, y1, y0), "a": a, "s": SITES[code], "w1": w[:, 0], "w2": w[:, 1]})
 
 
 def _grid(res):
@@ -89,11 +112,20 @@ def ise_categorical(res, arm):
     return float(LEVEL_P @ np.trapezoid((estimate - truth) ** 2, grid, axis=1))
 
 
+def ise_composition(res, arm):
+    grid = _grid(res)
+    estimate = res.density(grid, newdata=pd.DataFrame({"s": SITES}), arm=arm)
+    mean = float(arm) + SITE_MEANS @ SLOPES[arm]
+    truth = norm.pdf(grid[None, :], mean[:, None], np.sqrt(SLOPES[arm] @ SLOPES[arm] + 1.0))
+    return float(SITE_P @ np.trapezoid((estimate - truth) ** 2, grid, axis=1))
+
+
 CASES = {
     "paper": (lambda n, s: ccme.datasets.paper_simulation(n, seed=s), PAPER,
               lambda res, arm: ccme.datasets.paper_simulation_ise(res, arm=arm)),
     "paper+noise": (paper_noise, NOISE, ise_noise),
     "categorical": (categorical, CATEGORICAL, ise_categorical),
+    "composition": (composition, COMPOSITION, ise_composition),
 }
 
 
