@@ -104,20 +104,21 @@ def ise_noise(res, arm):
     return float(np.mean(np.trapezoid((estimate - truth) ** 2, grid, axis=1)))
 
 
-def ise_categorical(res, arm):
+def _ise_by_level(res, arm, column, levels, probabilities, mean, sd):
+    """The ISE at each level of a one-column categorical V against N(mean, sd²), weighted by the levels' probabilities."""
     grid = _grid(res)
-    estimate = res.density(grid, newdata=pd.DataFrame({"g": LEVELS}), arm=arm)
-    mean = SHIFT + (EFFECT if arm == 1 else 0.0)
-    truth = norm.pdf(grid[None, :], mean[:, None], np.sqrt(2.25))
-    return float(LEVEL_P @ np.trapezoid((estimate - truth) ** 2, grid, axis=1))
+    estimate = res.density(grid, newdata=pd.DataFrame({column: levels}), arm=arm)
+    truth = norm.pdf(grid[None, :], mean[:, None], sd)
+    return float(probabilities @ np.trapezoid((estimate - truth) ** 2, grid, axis=1))
+
+
+def ise_categorical(res, arm):
+    return _ise_by_level(res, arm, "g", LEVELS, LEVEL_P, SHIFT + (EFFECT if arm == 1 else 0.0), np.sqrt(2.25))
 
 
 def ise_composition(res, arm):
-    grid = _grid(res)
-    estimate = res.density(grid, newdata=pd.DataFrame({"s": SITES}), arm=arm)
-    mean = float(arm) + SITE_MEANS @ SLOPES[arm]
-    truth = norm.pdf(grid[None, :], mean[:, None], np.sqrt(SLOPES[arm] @ SLOPES[arm] + 1.0))
-    return float(SITE_P @ np.trapezoid((estimate - truth) ** 2, grid, axis=1))
+    return _ise_by_level(res, arm, "s", SITES, SITE_P, float(arm) + SITE_MEANS @ SLOPES[arm],
+                         np.sqrt(SLOPES[arm] @ SLOPES[arm] + 1.0))
 
 
 CASES = {

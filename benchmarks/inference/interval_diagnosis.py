@@ -66,7 +66,7 @@ from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
 
-#: The fit options a run may vary, at their defaults.  A row stores the ones that differ, so rows written
+#: The options a run may vary (the fit's, and the data's design), at their defaults.  A row stores the ones that differ, so rows written
 #: before an option existed read as its default.
 VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr", "design": "random"}
 
@@ -74,12 +74,12 @@ VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr", "design": "random"}
 FIXED_V_SEED = 10**6
 
 
-def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, **varied) -> dict:
-    data, _ = case.simulate(n, rep, **({"v_seed": FIXED_V_SEED} if varied["design"] == "fixed-v" else {}))
+def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, design: str, **fit_options) -> dict:
+    data, _ = case.simulate(n, rep, **({"v_seed": FIXED_V_SEED} if design == "fixed-v" else {}))
     v_points, _ = study_points(case)
     truth = _means(case.mixture(v_points, 1)) - _means(case.mixture(v_points, 0))
-    changed = {k: v for k, v in varied.items() if v != VARIED[k]}
-    options = {k: v for k, v in changed.items() if k != "design"}      # the design is the data's, not a fit option
+    changed = {k: v for k, v in {**fit_options, "design": design}.items() if v != VARIED[k]}
+    options = {k: v for k, v in fit_options.items() if v != VARIED[k]}
     options.update({} if method == "ridge" else {"progress": False})
     if propensity == "true":
         options["propensity"] = np.asarray(case.propensity(data), dtype=float)
