@@ -296,7 +296,7 @@ def test_effect_intervals_match_the_delta_method(res, target):
     bias-reduced mass makes the ratio mean = first / mass less linear: 15%.
     """
     V = res.design.encode_v(PAPER_PROFILES)
-    how = bootstrap._bias_reduction(target)
+    how = bootstrap._bias_reduction(target, res)
     table = res.effect(newdata=PAPER_PROFILES, q=[0.5], n_boot=4000, seed=3, target=target)
     boot_se = table.loc[table.term == "mean_diff", "std_error"].to_numpy()
     kernel = ccme.kernels.Kernel("gaussian", (1.0,))

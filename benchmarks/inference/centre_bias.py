@@ -32,7 +32,10 @@ and iterated Tikhonov of ``order``; (1, 20) is the default centre
 bias, each row has √Σ_i β_m,i(v)² (over both arms' units), the factor of the
 centre's standard error for pseudo-outcomes of equal variance: its ratio to
 the default's says how much wider intervals from that construction would
-be.  Resumable, one JSON line per data set::
+be.  The summary also splits the default's bias by whether the tuning dropped
+a V group (:func:`ccme.bootstrap.restored_v_bandwidths`; the rows were
+computed before the bands and intervals gave dropped groups back, and these
+fits' own bias is what it measures).  Resumable, one JSON line per data set::
 
     python benchmarks/inference/centre_bias.py --case mixture_v3 --n 10000 --reps 40
     python benchmarks/inference/centre_bias.py --summarise
@@ -123,6 +126,12 @@ def summarise(path: Path) -> str:
             lines.append(f"   {key:<25} bias" + "".join(f"{x:>8.3f}" for x in bias.mean(axis=0))
                          + "   sd over data sets" + "".join(f"{x:>7.3f}" for x in bias.std(axis=0, ddof=1))
                          + "   width / default" + "".join(f"{x:>6.2f}" for x in width))
+        for label, subset in (("with a V group dropped", [r for r in group if None in r["v_factors"].values()]),
+                              ("with none dropped", [r for r in group if None not in r["v_factors"].values()])):
+            if subset:
+                bias = np.array([r[default]["bias"] for r in subset]).mean(axis=0)
+                lines.append(f"   {default}, {len(subset)} data sets {label}: bias"
+                             + "".join(f"{x:>8.3f}" for x in bias))
         factors = {g: [r["v_factors"][g] for r in group] for g in group[0]["v_factors"]}
         lines.append("   tuned V-bandwidth factors (median; data sets with the group dropped): "
                      + ", ".join(f"{g} {np.median([f for f in fs if f is not None]):.2f} ({sum(f is None for f in fs)})"

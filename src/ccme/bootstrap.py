@@ -91,6 +91,19 @@ the two arms share the same regression function, so the bias cancels from
 μ̂₁ − μ̂₀ and the test keeps the plain construction
 (``benchmarks/calibration.py`` measures its size and power).
 
+Covariates the tuning dropped.  The per-group search of ``tune="auto"`` may
+drop a V covariate whose effect is small next to the pseudo-outcomes' noise;
+the estimate then ignores it, and at a V-point where it matters the bias
+that leaves is one no Tikhonov order reduces (the bias reduction acts within
+the kernel's span): on the held-out case mixture_v3 its mean-difference
+centre was off by about one standard error at n = 10000 in the data sets
+that dropped v3 (``benchmarks/inference/centre_bias.py``).  So the
+bias-aware bands and intervals, and the simultaneous band's undersmoothed
+refit, use the second stage refitted with each dropped group at its
+median-heuristic bandwidth (:func:`restored_v_bandwidths`); the reported
+estimate and the plain bands keep the fit's kernel, and the bands' target
+and the intervals' method say when this was done.
+
 The bootstrap needs a linear second stage, so it is available for
 ``method="ridge"`` (every path) and ``"deep_feature"`` (ridge in its learned
 features, which it holds fixed); ``"neural_kernel"`` raises a ParameterError
@@ -124,12 +137,12 @@ from .errors import CcmeWarning, DataError, ParameterError
 from .estimators import ESTIMATORS
 from .estimators.base import LinearSecondStage, linear_terms
 from .grids import outcome_grid
-from .kernels import Kernel
+from .kernels import Kernel, median_bandwidth
 
 __all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_effect", "iterated_tikhonov",
            "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "REFIT_NOTE", "SD_FLOOR",
            "SIMULTANEOUS_PENALTY", "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE",
-           "warn_caveat"]
+           "RESTORE_NOTE", "dropped_v_groups", "restore_note", "restored_v_bandwidths", "warn_caveat"]
 
 STATISTICS = ("mmd", "mean")
 #: Order m of the iterated Tikhonov regularisation of ``bands(target="smoothed")`` (:func:`iterated_tikhonov`).
@@ -152,6 +165,8 @@ BAND_TARGETS = {
 }
 #: What ``Bands.target`` adds when the simultaneous band was widened by an undersmoothed refit (:func:`bands`).
 REFIT_NOTE = "; the simultaneous band joined with that of the second stage refitted with undersmoothed V bandwidths"
+#: What the bias-aware bands and intervals say when they refitted the second stage with dropped V covariates given back.
+RESTORE_NOTE = "V covariates the tuning dropped restored at their median-heuristic bandwidths"
 _CHUNK_DOUBLES = 1 << 22
 
 
@@ -243,32 +258,116 @@ def simultaneous_v_factor(n: int) -> float:
     return float(max(int(n), 2) ** -SIMULTANEOUS_UNDERSMOOTHING)
 
 
+def dropped_v_groups(res) -> list:
+    """The labels of the V covariate groups the tuning's per-group search dropped (none without that search)."""
+    tuning = getattr(res, "tuning", None)
+    return [row["group"] for row in (tuning.relevance if tuning is not None else ())
+            if row["role"] == "V" and row["dropped"]]
+
+
+def restore_note(res) -> str:
+    """What the bias-aware bands' and intervals' method adds when they gave dropped V covariates back ("" if none)."""
+    groups = dropped_v_groups(res) if restored_v_bandwidths(res) is not None else []
+    return f"; {RESTORE_NOTE}: {', '.join(groups)}" if groups else ""
+
+
+def restored_v_bandwidths(res) -> np.ndarray | None:
+    """Bandwidths that give back the V covariates the tuning dropped; None when it dropped none.
+
+    The per-group (ARD) search of ``tune="auto"`` may drop a V covariate
+    (infinite bandwidth) whose effect on the pseudo-outcomes is small next to
+    their noise: for the integrated squared error of the whole conditional
+    law that is often the better choice.  But the estimate then does not
+    depend on that covariate at all, and at a V-point where it matters the
+    bias of a functional (a mean difference, a quantile) is one that no
+    iterated Tikhonov order can reduce, since the bias reduction acts within
+    the kernel's span.  Measured on the held-out case mixture_v3 (true
+    propensity, ``benchmarks/inference/centre_bias.py``): where v3 was dropped
+    (7 and 11 of 40 data sets at n = 2000 and 10000) the bias-aware centre
+    of the mean difference was off by −0.11 to −0.13 at the first V-point,
+    about one standard error at n = 10000, against −0.02 where it was kept.
+    So the bias-aware bands and intervals refit the second stage with each
+    dropped group at the median-heuristic bandwidth of the V kernel's rule
+    (:func:`ccme.kernels.median_bandwidth` on V, seeded by the fit's seed),
+    the bandwidth the search starts from when it knows nothing of the
+    covariate; the reported estimate and the plain bands keep the fit's
+    kernel.  A column that is constant stays ignored.
+
+    Returns
+    -------
+    ndarray (d_v,) or None
+        One bandwidth per V column (inf for the columns that keep theirs), or
+        None when no V group was dropped by the tuning (also for fits whose
+        V bandwidths were not searched per group).
+    """
+    dropped = set(dropped_v_groups(res))
+    if not dropped or "v" not in res.kernels:
+        return None
+    kernel = res.kernels["v"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a constant column was reported by the fit
+        rule = median_bandwidth(res.design.V, res.seed, what="v_bandwidth", groups=kernel.groups)
+    restore = np.full(len(kernel.bandwidth), np.inf)
+    for group in kernel.groups:
+        if group.label in dropped:
+            restore[list(group.columns)] = rule[list(group.columns)]
+    return restore if np.isfinite(restore).any() else None
+
+
+def _refitted_parts(res, arm: int, factor: float, penalty_factor: float, restore, cache: dict | None) -> list | None:
+    """:func:`_linear_parts` with each term refitted (:meth:`~ccme.estimators.base.LinearSecondStage.undersmoothed`).
+
+    None if a term cannot be refitted (a second stage without a V kernel).
+    """
+    V, n_threads = res.design.V, res.embeddings[arm].n_threads
+    parts = []
+    for terms in _linear_parts(res, arm):
+        V_units = V[terms[0].units]  # a split fold-arm's terms share their units
+        refits = tuple(term.undersmoothed(factor, penalty_factor, V_units, n_threads, cache, restore=restore)
+                       for term in terms)
+        if any(term is None for term in refits):
+            return None
+        parts.append(refits)
+    return parts
+
+
 def _undersmoothed_parts(res, arm: int, cache: dict | None = None) -> list | None:
     """:func:`_linear_parts` refitted for the simultaneous bands; None if a term cannot be.
 
     Each term's second stage is refitted with the V bandwidths ×
     :func:`simultaneous_v_factor` and λ₁ × :data:`SIMULTANEOUS_PENALTY`
-    (:meth:`ccme.estimators.base.LinearSecondStage.undersmoothed`).
+    (:meth:`ccme.estimators.base.LinearSecondStage.undersmoothed`), the
+    covariates the tuning dropped first given back (:func:`restored_v_bandwidths`).
     """
-    V, n_threads = res.design.V, res.embeddings[arm].n_threads
-    factor = simultaneous_v_factor(res.n)
-    parts = []
-    for terms in _linear_parts(res, arm):
-        V_units = V[terms[0].units]  # a split fold-arm's terms share their units
-        narrowed = tuple(term.undersmoothed(factor, SIMULTANEOUS_PENALTY, V_units, n_threads, cache)
-                         for term in terms)
-        if any(term is None for term in narrowed):
-            return None
-        parts.append(narrowed)
+    return _refitted_parts(res, arm, simultaneous_v_factor(res.n), SIMULTANEOUS_PENALTY,
+                           restored_v_bandwidths(res), cache)
+
+
+def _second_stages(res, arm: int, restore, cache: dict | None) -> list:
+    """The per-fold terms of the bias-aware bands and intervals: the fit's, or refitted with ``restore``.
+
+    With ``restore`` (:func:`restored_v_bandwidths`) the terms are the fit's
+    second stages with the dropped V covariates given back, kept in ``cache``
+    (when given) so that the calls of one band or interval share them.
+    """
+    if restore is None:
+        return _linear_parts(res, arm)
+    key = ("second stages with the dropped V covariates restored", arm)
+    if cache is not None and key in cache:
+        return cache[key]
+    parts = _refitted_parts(res, arm, 1.0, 1.0, restore, cache) or _linear_parts(res, arm)
+    if cache is not None:
+        cache[key] = parts
     return parts
 
 
 def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, first_stage: bool = False,
             parts: list | None = None, per_term: dict | None = None, features: dict | None = None,
-            leverage: float = 0.0, cache: dict | None = None) -> list:
+            leverage: float = 0.0, cache: dict | None = None, restore=None) -> list:
     """The :class:`_Linear` terms of arm's estimate at the V-points for a feature at ``points``.
 
-    ``parts``: the per-fold terms (default :func:`_linear_parts`);
+    ``parts``: the per-fold terms (default :func:`_second_stages`: the fit's,
+    or with ``restore`` refitted with the V covariates the tuning dropped given back);
     ``per_term``: a dict keeping what does not depend on the feature (each
     term's weights β_m(V) and leverages), so that a second call over the same
     terms and V-points (the mass) does not compute them again; ``features``:
@@ -278,7 +377,7 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     per-call dict in which the fold-arms keep what their first stage gives
     every term alike (:meth:`ccme.estimators.base.LinearSecondStage.unit_features`).
     """
-    parts = _linear_parts(res, arm) if parts is None else parts
+    parts = _second_stages(res, arm, restore, cache) if parts is None else parts
     per_term = {} if per_term is None else per_term
     features = {} if features is None else features
     n_threads = res.embeddings[arm].n_threads
@@ -344,7 +443,7 @@ def _unit_mass(res, arm, V, points, feature, kernel, how: dict):
 
     ``how`` may hold ``parts`` and a ``features`` dict (see :func:`_linear`).
     """
-    parts = how.get("parts") or _linear_parts(res, arm)
+    parts = how.get("parts") or _second_stages(res, arm, how.get("restore"), how.get("cache"))
     # Both calls share the terms, their β_m(V) and leverages, and the first stage's pieces.
     how = {**how, "parts": parts, "per_term": {}, "cache": how.get("cache", {})}
     lin = _linear(res, arm, V, points, feature, kernel, **how)
@@ -359,10 +458,16 @@ def check_target(target: str) -> None:
         raise ParameterError(f"`target` must be one of {sorted(BAND_TARGETS)}; got {target!r}")
 
 
-def _bias_reduction(target: str) -> dict:
-    """How :func:`_linear` builds the terms for a ``target``: bias-reduced ("smoothed") or plain ("regularised")."""
+def _bias_reduction(target: str, res) -> dict:
+    """How :func:`_linear` builds the terms for a ``target``: bias-reduced ("smoothed") or plain ("regularised").
+
+    The bias-reduced terms are also refitted with the V covariates the tuning
+    dropped given back (:func:`restored_v_bandwidths`).
+    """
     check_target(target)
-    return {"order": BAND_ORDER, "first_stage": True} if target == "smoothed" else {}
+    if target != "smoothed":
+        return {}
+    return {"order": BAND_ORDER, "first_stage": True, "restore": restored_v_bandwidths(res)}
 
 
 def _multipliers(n: int, n_boot: int, seed) -> np.ndarray:
@@ -589,7 +694,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     _check_boot(n_boot, level)
     if feature not in ("density", "cdf"):
         raise ParameterError(f"`feature` must be 'density' or 'cdf'; got {feature!r}")
-    how = _bias_reduction(target)
+    how = _bias_reduction(target, res)
     small_sample = bool(how)
     kernel = res.embeddings[arm].readout_kernel(feature)  # the kernel the arm's density or CDF is read out with
     features = {}  # the unit features do not depend on the second stage: the refit reuses them
@@ -621,23 +726,25 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
                  upper_simultaneous=up_s, se=se, level=float(level), feature=feature,
                  arm=int(arm) if res.design.treatment.binary else res.design.treatment.label(arm),
-                 n_boot=int(n_boot), index=list(index), target=_target_text(target, narrowed is not None), mass=mass,
+                 n_boot=int(n_boot), index=list(index),
+                 target=_target_text(target, narrowed is not None, restore_note(res) if small_sample else ""), mass=mass,
                  order=how.get("order", 1), df=df,
                  estimate_simultaneous=None if narrowed is None else centre_s,
                  v_factor=1.0 if narrowed is None else simultaneous_v_factor(res.n))
 
 
-def _target_text(target: str, refitted: bool) -> str:
+def _target_text(target: str, refitted: bool, restored: str = "") -> str:
     """What a band covers (:data:`BAND_TARGETS`), saying whether an undersmoothed refit widened the simultaneous one.
 
     A second stage without a V kernel to narrow (Deep Feature's learned
-    features) keeps the fit's own simultaneous band, and its text says so.
+    features) keeps the fit's own simultaneous band, and its text says so;
+    ``restored`` is :func:`restore_note`'s text.
     """
     text = BAND_TARGETS[target]
     if target != "smoothed":
         return text
     return text[:-1] + (REFIT_NOTE if refitted else "; the simultaneous band the fit's own: no undersmoothed refit") \
-        + ")"
+        + restored + ")"
 
 
 def _unit_mass_contributions(lin, lin_mass, estimate, mass, e: int, n: int) -> np.ndarray:
@@ -964,7 +1071,7 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     _check_boot(n_boot, level)
     role = _roles(arms)
     # The calls below share each term's β_m(V) (iterated Tikhonov) and the first stage's pieces.
-    how = {**_bias_reduction(target), "per_term": {}, "cache": {}}
+    how = {**_bias_reduction(target, res), "per_term": {}, "cache": {}}
     d = res.design.Y.shape[1]
     g = _multipliers(res.n, n_boot, seed)
     one_dim = d == 1

@@ -826,9 +826,9 @@ class DistributedLowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         return self.gather().leverages(n_threads)
 
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
-                      n_threads: int = 0, cache=None) -> LowRankFoldArm:
+                      n_threads: int = 0, cache=None, restore=None) -> LowRankFoldArm:
         """:meth:`LowRankFoldArm.undersmoothed` of :meth:`gather`'s local fold-arm (O(n r) traffic, on the client)."""
-        return self.gather().undersmoothed(factor, penalty_factor, V_units, n_threads)
+        return self.gather().undersmoothed(factor, penalty_factor, V_units, n_threads, restore=restore)
 
     # -- to the client: a local fold-arm, save / load ------------------------
     def gather(self) -> LowRankFoldArm:

@@ -249,6 +249,32 @@ class Kernel:
         return replace(self, bandwidth=tuple(float(b) * float(factor) for b in self.bandwidth_array),
                        rule=f"{self.rule}, narrowed x {float(factor):.3g}")
 
+    def restored(self, bandwidth) -> "Kernel":
+        """The kernel with each ignored column (bandwidth inf) at ``bandwidth``'s value for that column instead.
+
+        Columns with a finite bandwidth keep it; where ``bandwidth`` is inf
+        too, the column stays ignored.  The bands and intervals use it to give
+        back the V covariates that the tuning dropped
+        (:func:`ccme.bootstrap.restored_v_bandwidths`).
+
+        Raises
+        ------
+        ParameterError
+            ``bandwidth`` does not have one positive value per column.
+
+        Examples
+        --------
+        >>> Kernel("gaussian", (1.0, float("inf"))).restored((5.0, 2.0)).bandwidth
+        (1.0, 2.0)
+        """
+        values = np.asarray(bandwidth, dtype=np.float64)
+        if values.shape != (len(self.bandwidth),) or not np.all(values > 0):
+            raise ParameterError(f"a kernel of {len(self.bandwidth)} columns is restored by as many positive "
+                                 f"bandwidths; got {bandwidth!r}")
+        current = self.bandwidth_array
+        return replace(self, bandwidth=tuple(float(b) for b in np.where(np.isinf(current), values, current)),
+                       rule=f"{self.rule}, dropped columns restored")
+
     def describe(self, names=None) -> str:
         values = self.bandwidth_array
         if np.allclose(values, values[0]):

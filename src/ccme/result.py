@@ -1017,7 +1017,7 @@ class CCMEResult:
         >>> list(table.columns[-3:])
         ['std_error', 'conf_low', 'conf_high']
         """
-        from .bootstrap import BAND_ORDER, check_target, effect_intervals
+        from .bootstrap import BAND_ORDER, check_target, effect_intervals, restore_note
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         check_target(target)  # before any work
@@ -1063,7 +1063,7 @@ class CCMEResult:
         if not treatment.binary:
             table.insert(0, "contrast", f"{treatment.label(pair[0])} - {treatment.label(pair[1])}")
         method = ("multiplier bootstrap, symmetric basic, bias-reduced (iterated Tikhonov, order "
-                  f"{BAND_ORDER})" if target == "smoothed" else "multiplier bootstrap, symmetric basic")
+                  f"{BAND_ORDER}{restore_note(self)})" if target == "smoothed" else "multiplier bootstrap, symmetric basic")
         table.attrs.update(interval=method if intervals else "none", target=target if intervals else None,
                            level=float(level) if intervals else None, n_boot=int(n_boot))
         return table

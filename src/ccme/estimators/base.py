@@ -370,8 +370,15 @@ class LinearSecondStage(ABC):
         return None
 
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
-                      n_threads: int = 0, cache=None) -> "LinearSecondStage | None":
+                      n_threads: int = 0, cache=None, restore=None) -> "LinearSecondStage | None":
         """This second stage refitted with the V bandwidths × ``factor`` and λ₁ × ``penalty_factor``; None if it cannot be.
+
+        With ``restore`` (one bandwidth per V column), the V columns the
+        kernel ignores (bandwidth inf: dropped by the tuning) get those
+        bandwidths first (:meth:`ccme.kernels.Kernel.restored`), so that
+        ``undersmoothed(1.0, 1.0, V_units, restore=b)`` is the same second
+        stage with the dropped covariates given back
+        (:func:`ccme.bootstrap.restored_v_bandwidths`).
 
         The same units, pseudo-outcomes and first stage; only the smoothing
         in V is less (both factors ≤ 1), so the smoothing bias is smaller and

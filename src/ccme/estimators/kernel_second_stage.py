@@ -52,13 +52,15 @@ class KernelRidgeSecondStage(LinearSecondStage):
         return 1.0 - self.shift * np.einsum("ki,ki->i", L_inv, L_inv)
 
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
-                      n_threads: int = 0, cache=None) -> "KernelRidgeSecondStage":
+                      n_threads: int = 0, cache=None, restore=None) -> "KernelRidgeSecondStage":
         """This fold-arm refactored at the V bandwidths × ``factor`` and λ₁ × ``penalty_factor``; units and first stage kept.
 
-        ``V_units`` is not needed: the fold-arm keeps V1.  One n × n
-        Cholesky factorisation (memory-checked), with the same jitter rule.
+        ``restore`` first gives the ignored V columns those bandwidths
+        (:meth:`ccme.kernels.Kernel.restored`).  ``V_units`` is not needed:
+        the fold-arm keeps V1.  One n × n Cholesky factorisation
+        (memory-checked), with the same jitter rule.
         """
-        kernel = self.v_kernel.narrowed(factor)
+        kernel = (self.v_kernel if restore is None else self.v_kernel.restored(restore)).narrowed(factor)
         penalty = (self.shift - self.jitter.get("V", 0.0)) * penalty_factor  # nλ₁ without the old jitter, scaled
         L_V, jitter = guarded_factor(self.V1, kernel, penalty, n_threads,
                                      "the undersmoothed second-stage Cholesky factor of K_V + nλ₁I")

@@ -495,10 +495,12 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
 
     @serial_blas
     def undersmoothed(self, factor: float, penalty_factor: float, V_units: np.ndarray,
-                      n_threads: int = 0, cache=None) -> "LowRankFoldArm":
+                      n_threads: int = 0, cache=None, restore=None) -> "LowRankFoldArm":
         """This fold-arm with Nyström features of the V kernel at bandwidths × ``factor``, λ₁ × ``penalty_factor``.
 
-        The fold-arm keeps φ(V1), not V1, so the units' V comes in ``V_units``.
+        ``restore`` first gives the ignored V columns those bandwidths
+        (:meth:`ccme.kernels.Kernel.restored`).  The fold-arm keeps φ(V1),
+        not V1, so the units' V comes in ``V_units``.
         The landmarks are chosen afresh (a narrower kernel needs more of them)
         to the fit's precision (the largest residual diagonal its features
         reached, at most the default ``rank_tol``), with the default
@@ -506,7 +508,7 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
         landmarks and a fixed seed; the first-stage loadings are recomputed
         for the new features.
         """
-        kernel = self.v_map.kernel.narrowed(factor)
+        kernel = (self.v_map.kernel if restore is None else self.v_map.kernel.restored(restore)).narrowed(factor)
         s = LOWRANK_DEFAULTS
         rank_tol = min(s["rank_tol"], max(self.v_map.residual, 1e-12))
 
@@ -517,7 +519,7 @@ class LowRankFoldArm(NystromArm, FoldArm, LinearSecondStage):
             return v_map, Phi.astype(STORAGE, copy=False)
 
         # The terms of a split fold-arm share the fit's V features, so they share the refit's as well.
-        v_map, Phi = shared_piece(cache, ("undersmoothed V features", id(self.v_map), float(factor)), select,
+        v_map, Phi = shared_piece(cache, ("undersmoothed V features", id(self.v_map), kernel.bandwidth), select,
                                   inputs=(V_units,))
         loadings0 = np.zeros((0, Phi.shape[1]), dtype=STORAGE)
         if self.x_map is not None:
