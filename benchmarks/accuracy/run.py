@@ -195,21 +195,26 @@ def run_marginal(problem: Problem):
     return scores, time.perf_counter() - started, "weights 1/pi with the true propensity"
 
 
-def run_oracle(problem: Problem, grid: dict):
-    started = time.perf_counter()
-    best = {1: (np.inf, None), 0: (np.inf, None)}
-    failures, notes = 0, []
+def oracle_points(dim_y: int, grid: dict):
+    """The hand grid's points as (label, fit keyword arguments), in a fixed order, for outcomes of ``dim_y``."""
     for lam, fv, fx, prop in itertools.product(grid["lam"], grid["v_bandwidth"], grid["x_bandwidth"],
                                                grid["propensity"]):
         tune = {key: [f] if isinstance(f, (int, float)) else f for key, f in (("v_bandwidth", fv), ("x_bandwidth", fx))}
-        if problem.case.dim_y == 1:
+        if dim_y == 1:
             tune["y_bandwidth"] = _y_factors()
         lam_grid = _lambda_grid() if lam == "loo" else [lam]
         tune["lam0"] = tune["lam1"] = lam_grid
         kwargs = {"tune": tune}
         if prop != "default":
             kwargs["propensity"] = prop
-        label = f"lam={lam},v={fv},x={fx},ps={prop}"
+        yield f"lam={lam},v={fv},x={fx},ps={prop}", kwargs
+
+
+def run_oracle(problem: Problem, grid: dict):
+    started = time.perf_counter()
+    best = {1: (np.inf, None), 0: (np.inf, None)}
+    failures, notes = 0, []
+    for label, kwargs in oracle_points(problem.case.dim_y, grid):
         try:
             scores, _, _ = run_fit(problem, kwargs)
         except Exception as exc:  # one failed grid point must not sink the oracle
