@@ -109,3 +109,14 @@ def test_the_low_rank_refit_restores_too(data):
     refit = part.undersmoothed(1.0, 1.0, res.design.V[part.units], restore=restore)
     assert refit.v_map.kernel.bandwidth[1] == restore[1] and np.isinf(part.v_map.kernel.bandwidth[1])
     assert refit.v_map.kernel.bandwidth[0] == part.v_map.kernel.bandwidth[0]
+
+
+def test_a_loaded_fit_gives_back_the_same_covariates(data, dropped, tmp_path):
+    """What the restoring needs (the relevance table, the V kernel, V and the seed) is saved with the fit."""
+    back = ccme.load(dropped.save(tmp_path / "dropped.ccme"))
+    np.testing.assert_array_equal(restored_v_bandwidths(back), restored_v_bandwidths(dropped))
+    v = data[["x1", "z"]].iloc[:2]
+    ours = dropped.effect(newdata=v, q=(0.5,), n_boot=49, seed=4)
+    theirs = back.effect(newdata=v, q=(0.5,), n_boot=49, seed=4)
+    np.testing.assert_allclose(ours[["conf_low", "conf_high"]].to_numpy(), theirs[["conf_low", "conf_high"]].to_numpy(),
+                               rtol=1e-12, atol=1e-12)
