@@ -1,0 +1,123 @@
+"""The defaults against the hand grid's best *fixed* configuration, not only its best per seed (issue 11).
+
+``run.py``'s oracle picks, for every seed and arm, the hand-grid point with the
+smallest error against the truth.  With 8 grid points and integrated squared
+errors that vary by 20–50% from seed to seed, that minimum is biased low (the
+winner's curse): it is not an error any one configuration reaches.  The
+issue's target, "within 15% of the best hand grid", is read here also as the
+configuration a user with the truth would fix in advance: per case and arm,
+the grid point with the smallest mean error over the seeds.
+
+Every grid point and the defaults are fitted on the same data sets (the
+case's own n, ``run.py``'s V-points) and stored, one CSV row per fit, so both
+oracles come from the same fits.  The summary gives, per case and arm, the
+defaults' mean error, the per-seed oracle's, the fixed oracle's (and its
+configuration), the two ratios, and the defaults against the fixed oracle
+seed by seed (geometric mean of the ratios; seeds where the defaults win)::
+
+    python benchmarks/accuracy/oracle_fixed.py --cases mixed_v,ihdp_site --seeds 1,2,3,4,5
+    python benchmarks/accuracy/oracle_fixed.py --summarise
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.accuracy.run import (CONFIGS, EVAL_POINTS, HAND_GRID, QUICK_HAND_GRID, Problem,  # noqa: E402
+                                     oracle_points, run_fit)
+from benchmarks.accuracy.zoo import get_case  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results" / "oracle_fixed.csv"
+FIELDS = ["case", "split", "seed", "n", "config", "ise1", "ise0", "seconds"]
+DEFAULTS = "defaults"
+#: The cases whose per-seed oracle gap ``results/oracle_gap.txt`` reported, in its order.
+CASES = ("mixed_v", "ihdp_site", "ihdp_all25", "mixture_v3", "irrelevant_x50")
+
+
+def read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def run(cases, seeds, grid: dict, out: Path) -> None:
+    done = {(r["case"], r["seed"], r["config"]) for r in read(out)}
+    new_file = not out.exists()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new_file:
+            writer.writeheader()
+        for name in cases:
+            case = get_case(name)
+            for seed in seeds:
+                problem = None  # built on the first fit the file does not hold yet
+                for label, kwargs in [(DEFAULTS, CONFIGS["ridge_dr"][1]), *oracle_points(case.dim_y, grid)]:
+                    if (case.name, str(seed), label) in done:
+                        continue
+                    problem = problem or Problem(case, case.n, seed, EVAL_POINTS)
+                    scores, seconds, _ = run_fit(problem, kwargs)
+                    writer.writerow({"case": case.name, "split": case.split, "seed": seed, "n": problem.n,
+                                     "config": label, "ise1": scores[1], "ise0": scores[0],
+                                     "seconds": round(seconds, 2)})
+                    handle.flush()
+                    print(f"{case.name} seed {seed} {label}: {scores[1]:.4g} / {scores[0]:.4g} ({seconds:.1f} s)",
+                          flush=True)
+
+
+def summarise(path: Path) -> str:
+    rows = read(path)
+    lines = [f"{'case':<16}{'arm':>4}{'seeds':>6}{'defaults':>10}{'per-seed':>10}{'fixed':>10}"
+             f"{'def/per-seed':>14}{'def/fixed':>11}{'geo-mean':>10}{'wins':>6}   fixed configuration"]
+    for name in dict.fromkeys(r["case"] for r in rows):
+        group = [r for r in rows if r["case"] == name]
+        seeds = sorted({r["seed"] for r in group}, key=int)
+        configs = list(dict.fromkeys(r["config"] for r in group))
+        for arm in ("1", "0"):
+            table = {(r["seed"], r["config"]): float(r[f"ise{arm}"]) for r in group}
+            complete = [s for s in seeds if all((s, c) in table for c in configs)]
+            if not complete:
+                continue
+            errors = np.array([[table[(s, c)] for c in configs] for s in complete])  # seeds × configs
+            d = configs.index(DEFAULTS)
+            grid = [j for j in range(len(configs)) if j != d]
+            per_seed = errors[:, grid].min(axis=1)
+            fixed = grid[int(np.argmin(errors[:, grid].mean(axis=0)))]
+            ratio = errors[:, d] / errors[:, fixed]
+            lines.append(f"{name:<16}{arm:>4}{len(complete):>6}{errors[:, d].mean():>10.4f}{per_seed.mean():>10.4f}"
+                         f"{errors[:, fixed].mean():>10.4f}{errors[:, d].mean() / per_seed.mean():>14.2f}"
+                         f"{errors[:, d].mean() / errors[:, fixed].mean():>11.2f}"
+                         f"{np.exp(np.mean(np.log(ratio))):>10.2f}{int(np.sum(ratio < 1)):>6}   {configs[fixed]}")
+    lines.append("(per-seed: the grid's smallest error at each seed, as run.py's oracle; fixed: the grid point with "
+                 "the smallest mean error over the seeds; geo-mean and wins: defaults / fixed seed by seed)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--grid", choices=("quick", "full"), default="quick",
+                        help="run.py's quick hand grid (as results/oracle_gap.txt) or its full one")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--summarise", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.summarise:
+        run(args.cases.split(","), [int(s) for s in args.seeds.split(",")],
+            QUICK_HAND_GRID if args.grid == "quick" else HAND_GRID, args.out)
+    print(summarise(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
