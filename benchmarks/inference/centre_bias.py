@@ -37,13 +37,12 @@ a V group (:func:`ccme.bootstrap.restored_v_bandwidths`; the rows were
 computed before the bands and intervals gave dropped groups back, and these
 fits' own bias is what it measures).  Resumable, one JSON line per data set::
 
-    python benchmarks/inference/centre_bias.py --case mixture_v3 --n 10000 --reps 40
+    python benchmarks/inference/centre_bias.py --cases mixture_v3,hetero_v2 --n 10000 --reps 40
     python benchmarks/inference/centre_bias.py --summarise
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import warnings
@@ -60,7 +59,7 @@ import ccme.tuning  # noqa: E402
 from ccme.bootstrap import BAND_ORDER, _linear_parts, iterated_tikhonov, simultaneous_v_factor  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
-from benchmarks.inference.coverage import _means, study_points  # noqa: E402
+from benchmarks.inference.coverage import _means, study_parser, study_points  # noqa: E402
 from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "centre_bias.jsonl"
@@ -140,25 +139,19 @@ def summarise(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", default="mixture_v3")
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--reps", type=int, default=20, help="data sets r < reps, fitted with seed r")
-    parser.add_argument("--first", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--summarise", action="store_true")
-    args = parser.parse_args(argv)
+    args = study_parser(__doc__, OUT, cases="mixture_v3", reps=40).parse_args(argv)
     if args.summarise:
         print(summarise(args.out))
         return 0
     ccme.tuning.PLUGIN_PENALTY_SEARCH = False
-    case = get_case(args.case)
-    done = {r["rep"] for r in read_rows(args.out) if (r["case"], r["n"]) == (case.name, args.n)}
-    for rep in range(args.first, args.reps):
-        if rep not in done:
-            row = one_data_set(case, args.n, rep)
-            append_row(args.out, row)
-            print(case.name, args.n, rep, f"{row['seconds']} s", flush=True)
+    for name in args.cases.split(","):
+        case = get_case(name)
+        done = {r["rep"] for r in read_rows(args.out) if (r["case"], r["n"]) == (case.name, args.n)}
+        for rep in range(args.first, args.reps):
+            if rep not in done:
+                row = one_data_set(case, args.n, rep)
+                append_row(args.out, row)
+                print(case.name, args.n, rep, f"{row['seconds']} s", flush=True)
     return 0
 
 
