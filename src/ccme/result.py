@@ -957,7 +957,8 @@ class CCMEResult:
         |T* − T|.  With ``target="smoothed"`` (default) T and the draws T* are
         the bias-reduced ones of :meth:`bands` (robust bias correction: the
         interval is centred on the bias-reduced effect, so it need not be
-        centred on ``estimate``); ``target="regularised"`` gives plain intervals
+        centred on ``estimate``; V covariates the tuning dropped are given back,
+        as there); ``target="regularised"`` gives plain intervals
         around ``estimate``, which cover the ridge-regularised effect only.
         README ("Effects and uncertainty") gives the measured coverage.
 
@@ -1273,7 +1274,10 @@ class CCMEResult:
         stage refitted with the V bandwidths × n^(−1/11) and λ₁ × 2/15, with
         leave-one-out residuals (``Bands.estimate_simultaneous``,
         ``Bands.v_factor``): a sup over the grid is decided where the
-        V-smoothing bias is largest.
+        V-smoothing bias is largest.  V covariates the tuning dropped are given
+        back to both, at their median-heuristic bandwidths
+        (:func:`ccme.bootstrap.restored_v_bandwidths`): a covariate the kernel
+        ignores leaves a bias no Tikhonov order reduces.
         ``target="regularised"`` gives the plain bands of the point estimate,
         which cover the ridge-shrunk target only.  ``Bands.target`` says which.
         Coverage is measured in README ("Effects and uncertainty").
