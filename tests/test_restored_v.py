@@ -3,10 +3,11 @@
 With a V covariate dropped (infinite bandwidth) the estimate does not depend
 on it, and no iterated Tikhonov order can reduce the bias that leaves at a
 V-point where it matters; the bias-aware bands and intervals are therefore
-computed from the second stage refitted with each dropped group at its
-median-heuristic bandwidth.  The twin here is a fit given that kernel (and
-every other tuned choice) explicitly: its bands and intervals must be the
-same numbers, while the reported estimate stays the tuned fit's.
+computed from the second stage refitted with each dropped group at the
+widest finite bandwidth of the search's range (16 times its rule's).  The
+twin here is a fit given that kernel (and every other tuned choice)
+explicitly: its bands and intervals must be the same numbers, while the
+reported estimate stays the tuned fit's.
 """
 
 import warnings
@@ -15,10 +16,11 @@ import numpy as np
 import pytest
 
 import ccme
-from ccme.bootstrap import RESTORE_NOTE, dropped_v_groups, restored_v_bandwidths
+from ccme.bootstrap import RESTORE_FACTOR, RESTORE_NOTE, dropped_v_groups, restored_v_bandwidths
 from ccme.errors import ParameterError
 from ccme.estimators.base import linear_terms
 from ccme.kernels import Kernel, median_bandwidth
+from ccme.tuning import ARD_LOG2_RANGE
 
 FORMULA = "y ~ a | x1 + z | x3 + x4"
 
@@ -55,10 +57,11 @@ def twin(data, dropped):
                 propensity=dropped.propensity_scores, clip=dropped.clip)
 
 
-def test_the_restored_bandwidths_are_the_median_heuristic_at_the_dropped_columns(dropped):
+def test_the_restored_bandwidths_are_the_widest_of_the_search_at_the_dropped_columns(dropped):
     restore = restored_v_bandwidths(dropped)
     rule = median_bandwidth(dropped.design.V, dropped.seed, groups=dropped.kernels["v"].groups)
-    assert np.isinf(restore[0]) and restore[1] == rule[1] and np.isfinite(rule[1])
+    assert RESTORE_FACTOR == 2.0 ** ARD_LOG2_RANGE[1] == 16.0
+    assert np.isinf(restore[0]) and restore[1] == RESTORE_FACTOR * rule[1] and np.isfinite(rule[1])
 
 
 def test_nothing_is_restored_without_a_dropped_group(data):

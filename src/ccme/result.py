@@ -1275,7 +1275,7 @@ class CCMEResult:
         leave-one-out residuals (``Bands.estimate_simultaneous``,
         ``Bands.v_factor``): a sup over the grid is decided where the
         V-smoothing bias is largest.  V covariates the tuning dropped are given
-        back to both, at their median-heuristic bandwidths
+        back to both, at the widest finite bandwidth of the search
         (:func:`ccme.bootstrap.restored_v_bandwidths`): a covariate the kernel
         ignores leaves a bias no Tikhonov order reduces.
         ``target="regularised"`` gives the plain bands of the point estimate,
