@@ -302,7 +302,7 @@ def restored_v_bandwidths(res) -> np.ndarray | None:
     "Covariates the tuning dropped are given back"), against the rule's
     bandwidth and 4 times it: on mixture_v3's 24 data sets at n = 10000
     whose fit dropped v3 the mean-difference intervals covered 0.96, 0.96,
-    0.88 (rule 0.96, 0.83, 0.92; dropped 0.58, 0.88, 0.75) at 2–9% more
+    0.88 (rule 0.96, 0.83, 0.92; dropped 0.58, 0.88, 0.75) at up to 10% more
     width than with v3 dropped (rule 30–39%); on sparse_v10, whose dropped
     covariates are irrelevant, they were as wide as with them dropped (the
     rule's 30–38% wider).  The reported estimate and the plain bands keep
