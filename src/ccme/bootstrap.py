@@ -270,9 +270,12 @@ def dropped_v_groups(res) -> list:
             if row["role"] == "V" and row["dropped"]]
 
 
-def restore_note(res) -> str:
-    """What the bias-aware bands' and intervals' method adds when they gave dropped V covariates back ("" if none)."""
-    groups = dropped_v_groups(res) if restored_v_bandwidths(res) is not None else []
+def restore_note(res, restore: np.ndarray | None) -> str:
+    """What the bias-aware bands' and intervals' method adds when ``restore`` gave dropped V covariates back.
+
+    ``restore`` is :func:`restored_v_bandwidths`'s result for ``res``; "" when it is None.
+    """
+    groups = dropped_v_groups(res) if restore is not None else []
     return f"; {RESTORE_NOTE}: {', '.join(groups)}" if groups else ""
 
 
@@ -346,16 +349,16 @@ def _refitted_parts(res, arm: int, factor: float, penalty_factor: float, restore
     return parts
 
 
-def _undersmoothed_parts(res, arm: int, cache: dict | None = None) -> list | None:
+def _undersmoothed_parts(res, arm: int, restore=None, cache: dict | None = None) -> list | None:
     """:func:`_linear_parts` refitted for the simultaneous bands; None if a term cannot be.
 
     Each term's second stage is refitted with the V bandwidths ×
     :func:`simultaneous_v_factor` and λ₁ × :data:`SIMULTANEOUS_PENALTY`
     (:meth:`ccme.estimators.base.LinearSecondStage.undersmoothed`), the
-    covariates the tuning dropped first given back (:func:`restored_v_bandwidths`).
+    covariates the tuning dropped first given back at ``restore``
+    (:func:`restored_v_bandwidths`).
     """
-    return _refitted_parts(res, arm, simultaneous_v_factor(res.n), SIMULTANEOUS_PENALTY,
-                           restored_v_bandwidths(res), cache)
+    return _refitted_parts(res, arm, simultaneous_v_factor(res.n), SIMULTANEOUS_PENALTY, restore, cache)
 
 
 def _second_stages(res, arm: int, restore, cache: dict | None) -> list:
@@ -718,7 +721,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     shared = {"features": features, "cache": cache}
     estimate, mass, lin, lin_mass = _unit_mass(res, arm, V, y, feature, kernel, {**pointwise, **shared})
     g = _multipliers(res.n, n_boot, seed)
-    narrowed = _undersmoothed_parts(res, arm, cache) if small_sample else None
+    narrowed = _undersmoothed_parts(res, arm, how["restore"], cache) if small_sample else None
     if narrowed is not None:
         centre_s, mass_s, lin_s, lin_mass_s = _unit_mass(res, arm, V, y, feature, kernel,
                                                          {**how, **shared, "parts": narrowed,
@@ -742,7 +745,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
                  upper_simultaneous=up_s, se=se, level=float(level), feature=feature,
                  arm=int(arm) if res.design.treatment.binary else res.design.treatment.label(arm),
                  n_boot=int(n_boot), index=list(index),
-                 target=_target_text(target, narrowed is not None, restore_note(res) if small_sample else ""), mass=mass,
+                 target=_target_text(target, narrowed is not None, restore_note(res, how.get("restore"))), mass=mass,
                  order=how.get("order", 1), df=df,
                  estimate_simultaneous=None if narrowed is None else centre_s,
                  v_factor=1.0 if narrowed is None else simultaneous_v_factor(res.n))

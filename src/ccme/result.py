@@ -1018,7 +1018,7 @@ class CCMEResult:
         >>> list(table.columns[-3:])
         ['std_error', 'conf_low', 'conf_high']
         """
-        from .bootstrap import BAND_ORDER, check_target, effect_intervals, restore_note
+        from .bootstrap import BAND_ORDER, check_target, effect_intervals, restore_note, restored_v_bandwidths
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         check_target(target)  # before any work
@@ -1063,9 +1063,12 @@ class CCMEResult:
                              intervals=intervals)
         if not treatment.binary:
             table.insert(0, "contrast", f"{treatment.label(pair[0])} - {treatment.label(pair[1])}")
-        method = ("multiplier bootstrap, symmetric basic, bias-reduced (iterated Tikhonov, order "
-                  f"{BAND_ORDER}{restore_note(self)})" if target == "smoothed" else "multiplier bootstrap, symmetric basic")
-        table.attrs.update(interval=method if intervals else "none", target=target if intervals else None,
+        method = "none"
+        if intervals:
+            method = "multiplier bootstrap, symmetric basic" + (
+                f", bias-reduced (iterated Tikhonov, order {BAND_ORDER}{restore_note(self, restored_v_bandwidths(self))})"
+                if target == "smoothed" else "")
+        table.attrs.update(interval=method, target=target if intervals else None,
                            level=float(level) if intervals else None, n_boot=int(n_boot))
         return table
 
