@@ -771,11 +771,11 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         if v_ard:
             ard_started = time.perf_counter()
             problems = _stage2_problems(mode, targets, V, lam1_now, rng, sw)
+            start = _warm_start(v_kernel, x_kernel if x_ard else None) if V_SEARCH_START == "stage1" else None
 
             def search(regressions):
                 return _ard_search(regressions, v_kernel, grids.get("lam1", LAMBDA_GRID), "lam1" in grids,
-                                   n_threads, start=_warm_start(v_kernel, x_kernel if x_ard else None),
-                                   guard=ARD_STAGE2_GUARD)
+                                   n_threads, start=start, guard=ARD_STAGE2_GUARD)
 
             if len(arms) >= PER_ARM_V_SEARCH_ARMS and mode != "onestep":
                 # The arms share one V kernel: each arm's own search, then per group the smallest bandwidth any
@@ -1075,6 +1075,11 @@ ARD_STAGE2_GUARD = 1.0
 #: the smallest bandwidth of one search per arm (tune_ridge); with fewer arms, one search on the arms' summed
 #: criterion, the rule before it (3 restores it for binary treatments: benchmarks/v_bandwidth_rule.py compares).
 PER_ARM_V_SEARCH_ARMS = 2
+#: Where the V search starts: "stage1", at the bandwidths stage 1 learned for the same covariates (_warm_start), or
+#: "rule", at the rule's.  The rule's start was better on the zoo's "choose" cases (geometric-mean ISE ratio 0.976)
+#: but not on its "report" cases (0.998; worse where V is categorical), so stage 1's is kept
+#: (``benchmarks/tuning_rule.py``, ``results/v_search_start_*.txt``; README, "Automatic tuning").
+V_SEARCH_START = "stage1"
 
 
 @dataclass
