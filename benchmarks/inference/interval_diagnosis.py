@@ -34,12 +34,17 @@ cross-fitting on R splits; ``--tune none`` keeps the default
 hyperparameters on every data set (the bootstrap does not resample their
 choice); ``--propensity true`` passes the true propensity scores, which
 makes the doubly robust pseudo-outcome exactly unbiased given X, so a bias
-left then comes from the second stage.  Resumable; one JSON line per fit::
+left then comes from the second stage.  ``--restore-factor F`` gives the V
+covariates the tuning dropped back at F times their rule's bandwidth in the
+intervals (``ccme.bootstrap.RESTORE_FACTOR``; ``inf`` keeps them dropped);
+each row records the dropped covariates, and ``--summarise --dropped yes``
+keeps the data sets that dropped one.  Resumable; one JSON line per fit::
 
     python benchmarks/inference/interval_diagnosis.py --reps 12
     python benchmarks/inference/interval_diagnosis.py --reps 12 --method ridge
     python benchmarks/inference/interval_diagnosis.py --reps 12 --propensity true
     python benchmarks/inference/interval_diagnosis.py --reps 1 --seeds 10
+    python benchmarks/inference/interval_diagnosis.py --case through_w --method ridge --reps 100 --restore-factor inf
     python benchmarks/inference/interval_diagnosis.py --summarise
 """
 
@@ -58,6 +63,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import ccme  # noqa: E402
+import ccme.bootstrap  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
 from benchmarks.inference.coverage import LEVEL, _means, study_points  # noqa: E402
@@ -68,17 +74,19 @@ OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
 #: The options a run may vary (the fit's, and the data's design), at their defaults.  A row stores the ones that differ, so rows written
 #: before an option existed read as its default.
-VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr", "design": "random"}
+VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr", "design": "random", "restore_factor": ccme.bootstrap.RESTORE_FACTOR}
 
 #: The seed of V's own stream with ``--design fixed-v`` (:meth:`benchmarks.accuracy._base.SyntheticCase.simulate`).
 FIXED_V_SEED = 10**6
 
 
-def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, design: str, **fit_options) -> dict:
+def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, design: str, restore_factor: float,
+            **fit_options) -> dict:
     data, _ = case.simulate(n, rep, **({"v_seed": FIXED_V_SEED} if design == "fixed-v" else {}))
     v_points, _ = study_points(case)
     truth = _means(case.mixture(v_points, 1)) - _means(case.mixture(v_points, 0))
-    changed = {k: v for k, v in {**fit_options, "design": design}.items() if v != VARIED[k]}
+    changed = {k: v for k, v in {**fit_options, "design": design, "restore_factor": restore_factor}.items()
+               if v != VARIED[k]}
     options = {k: v for k, v in fit_options.items() if v != VARIED[k]}
     options.update({} if method == "ridge" else {"progress": False})
     if propensity == "true":
@@ -87,7 +95,11 @@ def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the bootstrap caveat and clipping notes: this run measures them
         res = ccme.fit(case.formula, data, seed=seed, method=method, **options)
-        eff = res.effect(newdata=v_points, q=(0.5,), level=LEVEL, n_boot=499, seed=rep)
+        default_factor, ccme.bootstrap.RESTORE_FACTOR = ccme.bootstrap.RESTORE_FACTOR, restore_factor
+        try:
+            eff = res.effect(newdata=v_points, q=(0.5,), level=LEVEL, n_boot=499, seed=rep)
+        finally:
+            ccme.bootstrap.RESTORE_FACTOR = default_factor
     md = eff[eff["term"] == "mean_diff"]
     extra = {}
     if method == "deep_feature":
@@ -98,7 +110,7 @@ def one_fit(case, rep: int, seed: int, *, n: int, method: str, propensity: str, 
     return {**extra, "case": case.name, "n": n, "rep": rep, "seed": seed, "method": method, "propensity": propensity,
             **changed, "estimate": md["estimate"].tolist(), "std_error": md["std_error"].tolist(),
             "conf_low": md["conf_low"].tolist(), "conf_high": md["conf_high"].tolist(), "truth": truth.tolist(),
-            "seconds": round(time.perf_counter() - started, 1)}
+            "dropped": ccme.bootstrap.dropped_v_groups(res), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _key(row: dict) -> tuple:
@@ -111,8 +123,12 @@ def _sd(values: np.ndarray) -> np.ndarray:
     return values.std(0, ddof=1) if len(values) > 1 else np.full(values.shape[1], np.nan)
 
 
-def summarise(path: Path) -> str:
+def summarise(path: Path, dropped: str = "all") -> str:
+    """The table of ``path``'s runs; ``dropped`` "yes" or "no" keeps the data sets whose fit dropped a V covariate,
+    or dropped none (rows that do not record it are left out then)."""
     rows = read_rows(path)
+    if dropped != "all":
+        rows = [r for r in rows if "dropped" in r and bool(r["dropped"]) == (dropped == "yes")]
     lines = []
     for key in sorted({_key(r) for r in rows}):
         group = [r for r in rows if _key(r) == key]
@@ -162,15 +178,20 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", default="dr", help="fit(mode=...): 'ipw' has no first stage")
     parser.add_argument("--design", choices=("random", "fixed-v"), default="random",
                         help="'fixed-v': the same V in every data set (synthetic cases), W, A and Y drawn anew")
+    parser.add_argument("--restore-factor", type=float, default=VARIED["restore_factor"],
+                        help="ccme.bootstrap.RESTORE_FACTOR for the intervals (inf: V covariates the tuning dropped "
+                             "stay dropped)")
+    parser.add_argument("--dropped", choices=("all", "yes", "no"), default="all",
+                        help="--summarise: all data sets, or only those whose fit dropped a V covariate (or none)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)
     if args.summarise:
-        print(summarise(args.out))
+        print(summarise(args.out, args.dropped))
         return 0
     case = get_case(args.case)
     settings = {"n": args.n, "method": args.method, "propensity": args.propensity, "tune": args.tune,
-                "n_rep": args.n_rep, "mode": args.mode, "design": args.design}
+                "n_rep": args.n_rep, "mode": args.mode, "design": args.design, "restore_factor": args.restore_factor}
     run = _key({"case": case.name, **settings})
     done = {(r["rep"], r["seed"]) for r in read_rows(args.out) if _key(r) == run}
     fits = [(rep, rep) for rep in range(args.first, args.reps)] + [(0, s) for s in range(1, args.seeds + 1)]
