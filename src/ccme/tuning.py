@@ -777,7 +777,12 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                                                replaced, seed, sw)
         if v_ard:
             ard_started = time.perf_counter()
-            problems = _stage2_problems(mode, targets, V, lam1_now, rng, sw)
+            searched_targets = targets
+            if mode == "dr" and V_SEARCH_TARGETS == "plugin":
+                # Each arm's plug-in part μ̂₀(X_i) in place of its pseudo-outcome ξ̂_i (V_SEARCH_TARGETS).
+                searched_targets = [{arm: (rows, first, size, first) for arm, (rows, _, size, first) in per_arm.items()}
+                                    for per_arm in targets]
+            problems = _stage2_problems(mode, searched_targets, V, lam1_now, rng, sw)
             start = _warm_start(v_kernel, x_kernel if x_ard else None) if V_SEARCH_START == "stage1" else None
 
             def search(regressions):
@@ -1091,6 +1096,13 @@ PER_ARM_V_SEARCH_ARMS = 2
 #: but not on its "report" cases (0.998; worse where V is categorical), so stage 1's is kept
 #: (``benchmarks/tuning_rule.py``, ``results/v_search_start_*.txt``; README, "Automatic tuning").
 V_SEARCH_START = "stage1"
+#: What the doubly robust V search regresses on V: "pseudo", the pseudo-outcomes ξ̂ (whose leave-one-out criterion
+#: the correction's noise flattens), or "plugin", their plug-in part μ̂₀(X), a smooth function of X whose regression
+#: on V shows how the conditional law moves with each V covariate, directly or through the confounders it predicts.
+#: "plugin" was not better on the zoo (``benchmarks/tuning_rule.py``, ``results/v_search_targets_*.txt``: "choose"
+#: 0.983, "report" 0.999 without ``through_w``, which was built after the idea, 0.980 with it; ihdp_all25's treated
+#: arm 1.20), so the pseudo-outcomes stay.
+V_SEARCH_TARGETS = "pseudo"
 
 
 @dataclass
