@@ -239,3 +239,49 @@ def test_summary_says_when_every_covariate_of_v_was_dropped():
     assert note in str(dropped.summary(n_boot=0))
     kept = ccme.fit(formula, nsw, propensity=known, seed=1, v_bandwidth="median")
     assert note not in str(kept.summary(n_boot=0))
+
+
+def _through_confounder(seed: int, n: int = 1000) -> pd.DataFrame:
+    """v2 moves y only through the confounder w1 (the zoo's through_w design): given X it is irrelevant."""
+    rng = np.random.default_rng(seed)
+    v1, v2 = rng.standard_normal(n), rng.standard_normal(n)
+    w1 = 0.8 * v2 + 0.6 * rng.standard_normal(n)
+    w2 = 0.5 * v1 + np.sqrt(0.75) * rng.standard_normal(n)
+    a = rng.binomial(1, 0.1 + 0.8 / (1.0 + np.exp(-(0.5 * v1 + 0.8 * w1 - 0.6 * w2))))
+    y = 1 + a + np.sin(1.5 * v1) + 0.25 * w1 + 0.6 * w2 + 0.5 * rng.standard_normal(n)
+    return pd.DataFrame({"y": y, "a": a, "v1": v1, "v2": v2, "w1": w1, "w2": w2})
+
+
+def test_v_search_switches_start_and_targets(monkeypatch):
+    """The measured-and-rejected switches of the V search still do what they say (README, "Automatic tuning").
+
+    On this data set stage 1 drops v2 (it acts only through w1) and the default V search, which starts there and
+    regresses the noisy pseudo-outcomes, leaves it dropped; started at the rule, or searching on the plug-in part
+    μ̂₀(X), it keeps v2.  (Over data seeds 1-8: the default drops v2 in 5, the rule's start in 1, the plug-in
+    targets in none.)
+    """
+    data, formula = _through_confounder(1), "y ~ a | v1 + v2 | w1 + w2"
+
+    def v2_bandwidth():
+        res = ccme.fit(formula, data, seed=1)
+        assert np.isinf(res.kernels["x"].bandwidth_array[1])  # stage 1 dropped v2
+        return res.kernels["v"].bandwidth_array[1]
+
+    assert np.isinf(v2_bandwidth())
+    monkeypatch.setattr(tuning, "V_SEARCH_START", "rule")
+    assert np.isfinite(v2_bandwidth())
+    monkeypatch.setattr(tuning, "V_SEARCH_START", "stage1")
+    monkeypatch.setattr(tuning, "V_SEARCH_TARGETS", "plugin")
+    assert np.isfinite(v2_bandwidth())
+
+
+def test_dr_second_stage_penalty_factor(monkeypatch):
+    """ccme.tuning.DR_SECOND_STAGE_PENALTY scales the leave-one-out λ₁ (the correction's), not λ₁ᵖ, and says so."""
+    data, formula = _through_confounder(2), "y ~ a | v1 + v2 | w1 + w2"
+    base = ccme.fit(formula, data, seed=1).tuning
+    monkeypatch.setattr(tuning, "DR_SECOND_STAGE_PENALTY", 0.3)
+    scaled = ccme.fit(formula, data, seed=1).tuning
+    for arm in (0, 1):
+        assert scaled.chosen["lam1"][arm] == pytest.approx(0.3 * base.chosen["lam1"][arm], rel=1e-12)
+    assert scaled.chosen["lam1_plugin"] == base.chosen["lam1_plugin"]
+    assert any("second stage's penalty is 0.3 x" in note for note in scaled.notes)
