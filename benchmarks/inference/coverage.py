@@ -30,6 +30,20 @@ truth's ±4 sd box, for both arms:
   and upper expected shortfalls at α = 0.1 (and the QTEs and shortfalls of
   the smoothed laws; closed forms for Gaussian mixtures).
 
+Each line records the V covariates the fit's tuning dropped (``dropped``).
+``--restore-factor F`` gives them back at F times the rule's bandwidth in
+the bias-aware bands and intervals (``ccme.bootstrap.RESTORE_FACTOR``; ``inf``
+keeps them dropped; the lines then record it), and ``--summarise --dropped
+yes`` (or ``no``) keeps the data sets that dropped one (or none).  The
+held-out test of the restored bandwidth (``through_w``, README)::
+
+    python benchmarks/inference/coverage.py --cases through_w --n 2000 --reps 100 \
+        --out benchmarks/inference/results/coverage_heldout.jsonl
+    python benchmarks/inference/coverage.py --cases through_w --n 2000 --reps 100 --restore-factor inf \
+        --out benchmarks/inference/results/coverage_heldout.jsonl
+    python benchmarks/inference/coverage.py --summarise --dropped yes \
+        --out benchmarks/inference/results/coverage_heldout.jsonl
+
 ``--bands-only`` measures the default (bias-reduced) bands alone, no plain
 bands and no effect intervals.  The studies of the simultaneous bands with an
 undersmoothed refit (cases paper, hetero_v2, linear_v1 and inside_v, which
@@ -81,6 +95,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import ccme  # noqa: E402
+import ccme.bootstrap  # noqa: E402
 
 from benchmarks.accuracy._base import Mixture  # noqa: E402
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
@@ -91,6 +106,7 @@ Q = (0.25, 0.5, 0.75)
 ALPHA = 0.1
 TARGETS = ("smoothed", "regularised")
 OUT = ROOT / "benchmarks" / "inference" / "results" / "coverage.jsonl"
+DEFAULT_RESTORE_FACTOR = ccme.bootstrap.RESTORE_FACTOR
 
 
 def study_points(case):
@@ -142,7 +158,10 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1
         res = ccme.fit(case.formula, data, seed=rep, n_rep=n_rep, method=method,
                        **({} if method == "ridge" else {"progress": False}))
         fit_seconds = time.perf_counter() - started
-    out = {"case": case.name, "n": n, "rep": rep, "n_rep": n_rep, "fit_seconds": round(fit_seconds, 2)}
+    out = {"case": case.name, "n": n, "rep": rep, "n_rep": n_rep, "fit_seconds": round(fit_seconds, 2),
+           "dropped": ccme.bootstrap.dropped_v_groups(res)}
+    if ccme.bootstrap.RESTORE_FACTOR != DEFAULT_RESTORE_FACTOR:
+        out["restore_factor"] = ccme.bootstrap.RESTORE_FACTOR
     if method != "ridge":
         out["method"] = method
     if bands_only:
@@ -201,8 +220,9 @@ def _means(mix: Mixture) -> np.ndarray:
 
 def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0, bands_only: bool = False,
         method: str = "ridge") -> None:
+    factor = ccme.bootstrap.RESTORE_FACTOR
     done = {(row["case"], row["n"], row["rep"], row.get("n_rep", 1), row.get("method", "ridge"))
-            for row in read_rows(out)}
+            for row in read_rows(out) if row.get("restore_factor", DEFAULT_RESTORE_FACTOR) == factor}
     for name in cases:
         case = get_case(name)
         v_points, y = study_points(case)
@@ -228,12 +248,20 @@ def _commit() -> str:
         return "unknown"
 
 
-def summarise(out: Path) -> str:
-    """A markdown table: one row per case and n, coverage averaged over data sets, V-points and both arms."""
+def summarise(out: Path, dropped: str = "all") -> str:
+    """A markdown table: one row per case and n, coverage averaged over data sets, V-points and both arms.
+
+    ``dropped`` "yes" or "no" keeps the data sets whose fit dropped a V covariate, or dropped none (rows that do
+    not record it are left out then).
+    """
     rows = read_rows(out)
+    if dropped != "all":
+        rows = [r for r in rows if "dropped" in r and bool(r["dropped"]) == (dropped == "yes")]
     groups = {}
     for row in rows:
         label = row["case"] + (f" ({row['method']})" if "method" in row else "")
+        if "restore_factor" in row:
+            label += f" (dropped V covariates at {row['restore_factor']:g} x the rule)"
         groups.setdefault((label, row["n"], row.get("n_rep", 1)), []).append(row)
     head = ("| case | n | n_rep | data sets | band | pointwise, smoothed | simultaneous, smoothed | pointwise, true density "
             "| simultaneous, true density | mean width | mean width, simultaneous | mean diff | QTE (true) | QTE (smoothed) | ES⁻ diff | ES⁺ diff |")
@@ -281,10 +309,15 @@ def main(argv=None) -> int:
     parser.add_argument("--method", default="ridge", help="fit(method=...): ridge or deep_feature (the methods with bands)")
     parser.add_argument("--bands-only", action="store_true",
                         help="the default (bias-reduced) bands only: no plain bands, no effect intervals")
+    parser.add_argument("--restore-factor", type=float, default=DEFAULT_RESTORE_FACTOR,
+                        help="ccme.bootstrap.RESTORE_FACTOR (inf: V covariates the tuning dropped stay dropped)")
+    parser.add_argument("--dropped", choices=("all", "yes", "no"), default="all",
+                        help="--summarise: all data sets, or only those whose fit dropped a V covariate (or none)")
     args = parser.parse_args(argv)
     if args.summarise:
-        print(summarise(args.out))
+        print(summarise(args.out, args.dropped))
         return 0
+    ccme.bootstrap.RESTORE_FACTOR = args.restore_factor
     run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first, args.bands_only, args.method)
     return 0
 
