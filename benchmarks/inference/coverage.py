@@ -44,6 +44,10 @@ held-out test of the restored bandwidth (``through_w``, README)::
     python benchmarks/inference/coverage.py --summarise --dropped yes \
         --out benchmarks/inference/results/coverage_heldout.jsonl
 
+(and the same at ``--n 10000``, where the ``inf`` lines were fitted only for
+the data sets whose default fit dropped v2, one ``--first r --reps r+1`` run
+each: the others give the same numbers by construction).
+
 ``--bands-only`` measures the default (bias-reduced) bands alone, no plain
 bands and no effect intervals.  The studies of the simultaneous bands with an
 undersmoothed refit (cases paper, hetero_v2, linear_v1 and inside_v, which
