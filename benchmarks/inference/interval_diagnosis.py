@@ -73,7 +73,8 @@ OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
 
 #: The options a run may vary (the fit's, and the data's design), at their defaults.  A row stores the ones that differ, so rows written
-#: before an option existed read as its default.
+#: before an option existed read as its default.  (Not so for ``restore_factor``: the rows of
+#: ``results/interval_diagnosis.jsonl`` predate the restored bandwidth, so their dropped covariates stayed dropped.)
 VARIED = {"tune": "auto", "n_rep": 1, "mode": "dr", "design": "random", "restore_factor": ccme.bootstrap.RESTORE_FACTOR}
 
 #: The seed of V's own stream with ``--design fixed-v`` (:meth:`benchmarks.accuracy._base.SyntheticCase.simulate`).
