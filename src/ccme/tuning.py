@@ -56,8 +56,10 @@
   with their fold's pseudo-outcomes in stage 2.  The penalties are then chosen
   on the folds' subsamples as above.  The pseudo-outcomes' criterion is often
   flat within its noise, so the V search starts from the bandwidths stage 1
-  learned for the same covariates and moves only for a decrease beyond one
-  paired standard error (:data:`ARD_STAGE2_GUARD`).  For a categorical group
+  learned for the same covariates (the rule's for a covariate stage 1
+  dropped: irrelevant given X, it may still matter given V;
+  :data:`V_SEARCH_START`) and moves only for a decrease beyond one paired
+  standard error (:data:`ARD_STAGE2_GUARD`).  For a categorical group
   the bandwidth is Li and Racine's smoothing parameter λ_g
   (:mod:`ccme.kernels`).  The learned bandwidths are in
   ``res.tuning.relevance_frame()`` and the summary's "Covariate relevance"
@@ -783,7 +785,8 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 searched_targets = [{arm: (rows, first, size, first) for arm, (rows, _, size, first) in per_arm.items()}
                                     for per_arm in targets]
             problems = _stage2_problems(mode, searched_targets, V, lam1_now, rng, sw)
-            start = _warm_start(v_kernel, x_kernel if x_ard else None) if V_SEARCH_START == "stage1" else None
+            start = (_warm_start(v_kernel, x_kernel if x_ard else None, dropped=V_SEARCH_START == "stage1")
+                     if V_SEARCH_START in ("stage1", "stage1-kept") else None)
 
             def search(regressions):
                 return _ard_search(regressions, v_kernel, grids.get("lam1", LAMBDA_GRID), "lam1" in grids,
@@ -943,9 +946,9 @@ def _proxy_readout(mode: str, design, prepared: dict) -> bool:
     return not uses_first_stage(mode) or all(first.get(arm, "kernel") == "kernel" for arm in design.arms)
 
 
-def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None):
+def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True):
     """The V search's start: for a covariate whose X bandwidth stage 1 learned, that bandwidth (as a log2 factor
-    of V's rule); the rule's own elsewhere.
+    of V's rule); the rule's own elsewhere, and, unless ``dropped``, for a covariate stage 1 dropped.
 
     The stage-1 regression (φ(Y) on X) sees the same covariates with far less
     noisy targets than the second stage's pseudo-outcomes, whose leave-one-out
@@ -959,7 +962,10 @@ def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None):
     for i, g in enumerate(v_kernel.groups):
         rule = v_kernel.bandwidth_array[g.columns[0]]
         if g.label in learned and np.isfinite(rule):
-            start[i] = np.inf if np.isinf(learned[g.label]) else np.clip(np.log2(learned[g.label] / rule), low, high)
+            if np.isfinite(learned[g.label]):
+                start[i] = np.clip(np.log2(learned[g.label] / rule), low, high)
+            elif dropped:
+                start[i] = np.inf
     return start
 
 
@@ -1091,11 +1097,15 @@ ARD_STAGE2_GUARD = 1.0
 #: the smallest bandwidth of one search per arm (tune_ridge); with fewer arms, one search on the arms' summed
 #: criterion, the rule before it (3 restores it for binary treatments: benchmarks/v_bandwidth_rule.py compares).
 PER_ARM_V_SEARCH_ARMS = 2
-#: Where the V search starts: "stage1", at the bandwidths stage 1 learned for the same covariates (_warm_start), or
-#: "rule", at the rule's.  The rule's start was better on the zoo's "choose" cases (geometric-mean ISE ratio 0.976)
-#: but not on its "report" cases (0.998; worse where V is categorical), so stage 1's is kept
-#: (``benchmarks/tuning_rule.py``, ``results/v_search_start_*.txt``; README, "Automatic tuning").
-V_SEARCH_START = "stage1"
+#: Where the V search starts (_warm_start): "stage1-kept", at the bandwidths stage 1 learned for the same covariates
+#: where it kept them and at the rule's where it dropped them; "stage1", at stage 1's everywhere, drops included; or
+#: "rule", at the rule's.  A covariate stage 1 drops is irrelevant given all of X, not given V: p(Y^a | V) may move
+#: with it through the confounders it predicts.  Measured on the zoo (``benchmarks/tuning_rule.py``,
+#: ``results/v_search_start_*.txt``; README, "Automatic tuning"): against "stage1", "stage1-kept" changed only the
+#: cases where stage 1 drops a V covariate, none for the worse ("choose" 0.993: sparse_v10 0.97 / 0.94; "report"
+#: 0.990 without ``through_w``: ihdp_all25 0.84 / 0.95); "rule" was better on "choose" (0.976) but not on
+#: "report" (0.998; worse where V is categorical, whose pooling stage 1 sets better than the rule).
+V_SEARCH_START = "stage1-kept"
 #: What the doubly robust V search regresses on V: "pseudo", the pseudo-outcomes ξ̂ (whose leave-one-out criterion
 #: the correction's noise flattens), or "plugin", their plug-in part μ̂₀(X), a smooth function of X whose regression
 #: on V shows how the conditional law moves with each V covariate, directly or through the confounders it predicts.
