@@ -103,7 +103,7 @@ import ccme.bootstrap  # noqa: E402
 
 from benchmarks.accuracy._base import Mixture  # noqa: E402
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
-from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
+from benchmarks.inference.study_rows import append_row, read_rows, select_dropped  # noqa: E402
 
 LEVEL = 0.9
 Q = (0.25, 0.5, 0.75)
@@ -258,9 +258,7 @@ def summarise(out: Path, dropped: str = "all") -> str:
     ``dropped`` "yes" or "no" keeps the data sets whose fit dropped a V covariate, or dropped none (rows that do
     not record it are left out then).
     """
-    rows = read_rows(out)
-    if dropped != "all":
-        rows = [r for r in rows if "dropped" in r and bool(r["dropped"]) == (dropped == "yes")]
+    rows = select_dropped(read_rows(out), dropped)
     groups = {}
     for row in rows:
         label = row["case"] + (f" ({row['method']})" if "method" in row else "")
@@ -307,16 +305,22 @@ def study_parser(doc: str, out: Path, cases: str = "paper,hetero_v2,linear_v1", 
     return parser
 
 
+def restore_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--restore-factor`` (``ccme.bootstrap.RESTORE_FACTOR`` for the run) and ``--dropped`` (for ``--summarise``),
+    which the studies of the restored V bandwidth share."""
+    parser.add_argument("--restore-factor", type=float, default=DEFAULT_RESTORE_FACTOR,
+                        help="ccme.bootstrap.RESTORE_FACTOR (inf: V covariates the tuning dropped stay dropped)")
+    parser.add_argument("--dropped", choices=("all", "yes", "no"), default="all",
+                        help="--summarise: all data sets, or only those whose fit dropped a V covariate (or none)")
+
+
 def main(argv=None) -> int:
     parser = study_parser(__doc__, OUT)
     parser.add_argument("--n-rep", type=int, default=1, help="repeated cross-fitting: fit(n_rep=...)")
     parser.add_argument("--method", default="ridge", help="fit(method=...): ridge or deep_feature (the methods with bands)")
     parser.add_argument("--bands-only", action="store_true",
                         help="the default (bias-reduced) bands only: no plain bands, no effect intervals")
-    parser.add_argument("--restore-factor", type=float, default=DEFAULT_RESTORE_FACTOR,
-                        help="ccme.bootstrap.RESTORE_FACTOR (inf: V covariates the tuning dropped stay dropped)")
-    parser.add_argument("--dropped", choices=("all", "yes", "no"), default="all",
-                        help="--summarise: all data sets, or only those whose fit dropped a V covariate (or none)")
+    restore_arguments(parser)
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out, args.dropped))

@@ -66,8 +66,8 @@ import ccme  # noqa: E402
 import ccme.bootstrap  # noqa: E402
 
 from benchmarks.accuracy.zoo import get_case  # noqa: E402
-from benchmarks.inference.coverage import LEVEL, _means, study_points  # noqa: E402
-from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
+from benchmarks.inference.coverage import LEVEL, _means, restore_arguments, study_points  # noqa: E402
+from benchmarks.inference.study_rows import append_row, read_rows, select_dropped  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "interval_diagnosis.jsonl"
 
@@ -127,9 +127,7 @@ def _sd(values: np.ndarray) -> np.ndarray:
 def summarise(path: Path, dropped: str = "all") -> str:
     """The table of ``path``'s runs; ``dropped`` "yes" or "no" keeps the data sets whose fit dropped a V covariate,
     or dropped none (rows that do not record it are left out then)."""
-    rows = read_rows(path)
-    if dropped != "all":
-        rows = [r for r in rows if "dropped" in r and bool(r["dropped"]) == (dropped == "yes")]
+    rows = select_dropped(read_rows(path), dropped)
     lines = []
     for key in sorted({_key(r) for r in rows}):
         group = [r for r in rows if _key(r) == key]
@@ -179,11 +177,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", default="dr", help="fit(mode=...): 'ipw' has no first stage")
     parser.add_argument("--design", choices=("random", "fixed-v"), default="random",
                         help="'fixed-v': the same V in every data set (synthetic cases), W, A and Y drawn anew")
-    parser.add_argument("--restore-factor", type=float, default=VARIED["restore_factor"],
-                        help="ccme.bootstrap.RESTORE_FACTOR for the intervals (inf: V covariates the tuning dropped "
-                             "stay dropped)")
-    parser.add_argument("--dropped", choices=("all", "yes", "no"), default="all",
-                        help="--summarise: all data sets, or only those whose fit dropped a V covariate (or none)")
+    restore_arguments(parser)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)

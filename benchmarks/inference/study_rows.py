@@ -26,3 +26,13 @@ def append_row(path: Path, row: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
         fh.write(json.dumps(row) + "\n")
+
+
+def select_dropped(rows: list[dict], dropped: str) -> list[dict]:
+    """``rows`` for ``dropped`` "all"; for "yes" (or "no") those whose fit dropped a V covariate (or dropped none).
+
+    Rows that do not record it (``dropped``, written before the studies did) are left out unless "all".
+    """
+    if dropped == "all":
+        return rows
+    return [r for r in rows if "dropped" in r and bool(r["dropped"]) == (dropped == "yes")]
