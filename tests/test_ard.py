@@ -292,3 +292,23 @@ def test_dr_second_stage_penalty_factor(monkeypatch):
         assert scaled.chosen["lam1"][arm] == pytest.approx(0.3 * base.chosen["lam1"][arm], rel=1e-12)
     assert scaled.chosen["lam1_plugin"] == base.chosen["lam1_plugin"]
     assert any("second stage's penalty is 0.3 x" in note for note in scaled.notes)
+
+
+def test_dr_penalties_by_arm(monkeypatch):
+    """ccme.tuning.DR_PENALTIES_BY_ARM picks λ₁ and λ₁ᵖ at the minimum of each arm's own leave-one-out curve.
+
+    The shared choice minimises the arms' summed curve, so it lies between the arms' own minimisers.
+    """
+    data, formula = _through_confounder(2), "y ~ a | v1 + v2 | w1 + w2"
+    shared = ccme.fit(formula, data, seed=1).tuning
+    monkeypatch.setattr(tuning, "DR_PENALTIES_BY_ARM", True)
+    by_arm = ccme.fit(formula, data, seed=1).tuning
+    for name in ("lam1", "lam1_plugin"):
+        curves = {c.arm: c for c in by_arm.curves if c.parameter == name}
+        assert sorted(curves) == [0, 1]
+        for arm, curve in curves.items():
+            assert by_arm.chosen[name][arm] == curve.values[int(np.argmin(curve.criterion))]
+        (summed,) = [c for c in shared.curves if c.parameter == name]
+        assert summed.arm is None and len(set(shared.chosen[name].values())) == 1
+        own = sorted(by_arm.chosen[name].values())
+        assert own[0] <= shared.chosen[name][0] <= own[1]

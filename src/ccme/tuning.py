@@ -442,6 +442,12 @@ DR_FIRST_STAGE_BANDWIDTH = 1.0
 #: the zoo's "choose" split it lowered ridge DR's integrated squared error (``benchmarks/tuning_rule.py``,
 #: ``results/plugin_penalty_choose.txt``); False restores one penalty for the whole pseudo-outcome, to rerun that.
 PLUGIN_PENALTY_SEARCH = True
+#: Whether the doubly robust second stage's penalties λ₁ and λ₁ᵖ are chosen per arm, each on its own arm's
+#: leave-one-out curve (as the one-step mode's λ₁ is), instead of one value on the arms' summed curve.  A shared λ₁
+#: lets the arm with the noisier pseudo-outcomes (the smaller arm: larger inverse-propensity weights) set the
+#: smoothing of the other; per arm costs one more factorisation of K_V per fold.  Measured on the zoo
+#: (``benchmarks/tuning_rule.py``, ``results/dr_penalties_by_arm_*.txt``; README, "Automatic tuning").
+DR_PENALTIES_BY_ARM = False
 #: Rank (number of Nyström centres) at most of the kernel approximations beyond the penalty subsamples: the first
 #: stage μ̂₀ of the stage-2 pseudo-outcomes when its regression is larger than LAMBDA_UNITS, and the read-out proxy.
 NYSTROM_RANK = 300
@@ -830,6 +836,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         # The default grid grows downwards as λ₀'s does (a decade at a time, at most _EXTENSIONS times) while an
         # arm's optimum sits at its smallest value: large second stages want smaller penalties.
         extend = grids.get("lam1") is LAMBDA_GRID
+        by_arm = mode == "onestep" or (mode == "dr" and DR_PENALTIES_BY_ARM)  # one λ₁ per arm, else one for all
         for extension in range(_EXTENSIONS + 1):
             per_factor = {arm: np.zeros((len(factors), len(lam_grid))) for arm in arms}
             tasks = [(r, i_f, f) for i_f, f in enumerate(factors) for r in regressions]
@@ -839,12 +846,12 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 approximate |= approx
                 for arm, values in zip(group, curves):
                     per_factor[arm][i_f] += values
-            sums = [sum(per_factor[arm] for arm in arms)] if mode != "onestep" else [per_factor[arm] for arm in arms]
+            sums = [per_factor[arm] for arm in arms] if by_arm else [sum(per_factor[arm] for arm in arms)]
             lowest = any(np.unravel_index(_best(c.ravel()), c.shape)[1] == 0 for c in sums)
             if not (extend and lowest) or extension == _EXTENSIONS:
                 break
             lam_grid = np.concatenate([lam_grid[0] * 10.0 ** np.array([-1.0, -0.5]), lam_grid])
-        if mode == "onestep":
+        if by_arm:
             lam1 = {}
             for arm in arms:
                 crit = per_factor[arm]
@@ -874,12 +881,12 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                                               f"{v_kernel.rule} x {f_best:g}, LOO")
             report.chosen["v_bandwidth_factor"] = float(f_best)
     if plugin:
-        lam1_plugin, curve = _plugin_penalty(targets, V, prepared["kernels"]["v"], grids["lam1_plugin"], weights_of,
-                                             extend=grids["lam1_plugin"] is LAMBDA_GRID, n_threads=n_threads,
-                                             n=len(design.A))
-        prepared["lam1_plugin"] = {arm: lam1_plugin for arm in arms}
+        prepared["lam1_plugin"], curves = _plugin_penalty(
+            targets, V, prepared["kernels"]["v"], grids["lam1_plugin"], weights_of,
+            extend=grids["lam1_plugin"] is LAMBDA_GRID, n_threads=n_threads, n=len(design.A),
+            by_arm=DR_PENALTIES_BY_ARM)
         report.chosen["lam1_plugin"] = dict(prepared["lam1_plugin"])
-        report.curves.append(curve)
+        report.curves += curves
     if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
         report.pending_readout = _readout_proxy(
@@ -904,37 +911,42 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     return params.replace(**prepared), report
 
 
-def _plugin_penalty(targets, V, v_kernel: Kernel, lam_grid, weights_of, *, extend: bool, n_threads: int, n: int):
-    """λ₁ᵖ, the doubly robust plug-in part's second-stage penalty, by leave-one-out on μ̂₀(X_i); (λ, its curve).
+def _plugin_penalty(targets, V, v_kernel: Kernel, lam_grid, weights_of, *, extend: bool, n_threads: int, n: int,
+                    by_arm: bool = False):
+    """λ₁ᵖ, the doubly robust plug-in part's second-stage penalty, by leave-one-out on μ̂₀(X_i); ({arm: λ}, curves).
 
     The regression of the plug-in part μ̂₀(X_i) on V_i over each fold's
     second-stage units (the subsample the λ₁ search uses, its penalty carried
     to the fold's size by :data:`LAMBDA_RATE`), one penalty for all arms: the
-    sum of the arms' and folds' LOO errors (RKHS) is minimised.  Its targets
+    sum of the arms' and folds' LOO errors (RKHS) is minimised (``by_arm``:
+    each arm's own sum, :data:`DR_PENALTIES_BY_ARM`).  Its targets
     are smooth functions of X with no outcome noise, so its choice is smaller
     than λ₁'s, which the correction's noise sets
     (:class:`ccme.estimators.base.SplitSecondStage`).  The default grid grows
     downwards as λ₁'s does.
     """
     lam_grid = np.asarray(lam_grid, dtype=float)
+    arms = [arm for arm, (_, _, _, first) in targets[0].items() if first is not None]
 
     def one(k):
         rows, _, size, _ = next(iter(targets[k].values()))  # the arms share the second stage's rows
         shift = _transfer(len(rows), size, "V")
         spec = _spectrum(V[rows], v_kernel, 1.0, lam_grid.min() * shift, 1, weights_of(rows))
-        return spec.approximate, sum(size * spec.loo(first, lam_grid * shift, 1)
-                                     for _, _, _, first in targets[k].values() if first is not None)
+        return spec.approximate, {arm: size * spec.loo(targets[k][arm][3], lam_grid * shift, 1) for arm in arms}
 
     for extension in range(_EXTENSIONS + 1):
         with threadpool_limits(limits=1, user_api="blas"):
             results = _parallel(one, list(range(len(targets))), n_threads)
-        crit = sum(curve for _, curve in results) / n
-        best = _best(crit)
-        if not (extend and best == 0) or extension == _EXTENSIONS:
+        per_arm = {arm: sum(curves[arm] for _, curves in results) / n for arm in arms}
+        crits = per_arm if by_arm else {None: sum(per_arm.values())}
+        best = {key: _best(crit) for key, crit in crits.items()}
+        if not (extend and 0 in best.values()) or extension == _EXTENSIONS:
             break
         lam_grid = np.concatenate([lam_grid[0] * 10.0 ** np.array([-1.0, -0.5]), lam_grid])
-    chosen = float(lam_grid[best])
-    return chosen, TuningCurve("lam1_plugin", lam_grid, crit, "LOO (RKHS) of mu0(X) on V, all arms", chosen)
+    chosen = {key: float(lam_grid[k]) for key, k in best.items()}
+    curves = [TuningCurve("lam1_plugin", lam_grid, crit, "LOO (RKHS) of mu0(X) on V" + ("" if by_arm else ", all arms"),
+                          chosen[key], key) for key, crit in crits.items()]
+    return ({arm: chosen[arm if by_arm else None] for arm in arms}), curves
 
 
 def _proxy_readout(mode: str, design, prepared: dict) -> bool:
