@@ -242,8 +242,17 @@ def test_clip_auto_warns_only_when_a_unit_would_dominate_its_arm(data):
 
 def test_clip_auto_is_reported(res):
     text = str(res.summary())
-    assert re.search(r"Clipped\s+\d+ to \[[\d.e-]+, [\d.e-]+\] .*clip auto", text)
+    assert re.search(r"Clipped\s+\d+ to \[[\d.e-]+, (1 - )?[\d.e-]+\] .*clip auto", text)
     assert res.clip == res.overlap.clip
+
+
+def test_summary_writes_an_upper_bound_near_one_as_one_minus_c():
+    """A clip of 0.00025 has the upper end 0.99975, which 3 digits would show as "1": it reads "1 - 0.00025"."""
+    from ccme.summary import _one_minus
+
+    assert _one_minus(0.00025, ".3g") == "1 - 0.00025"
+    assert _one_minus(0.01, ".3g") == "0.99" and _one_minus(0.05, "g") == "0.95"
+    assert _one_minus(0.0, ".3g") == "1"
 
 
 # -- Hájek weights ------------------------------------------------------------------

@@ -29,6 +29,12 @@ def _fmt(x: float) -> str:
     return "NA" if not np.isfinite(x) else f"{x:.4g}"
 
 
+def _one_minus(bound: float, fmt: str) -> str:
+    """The upper end 1 − c of a clipping or trimming interval, written "1 - c" where ``fmt`` would round it to 1."""
+    text = f"{1 - bound:{fmt}}"
+    return f"1 - {bound:{fmt}}" if bound > 0 and float(text) == 1.0 else text
+
+
 def _names(names, limit: int = 8) -> str:
     names = list(names)
     if len(names) <= limit:
@@ -75,7 +81,7 @@ class Summary:
             ("Model", "known scores" if known else f"{model} on {_names(res.propensity_columns)}"),
             ("Scores", f"range [{_fmt(scores.min())}, {_fmt(scores.max())}]" + ("" if known else ", cross-fitted")),
             ("Calibration", report.describe_calibration()) if report is not None else None,
-            ("Clipped", (f"{ov.n_clipped} to [{res.clip:{fmt}}, {1 - res.clip:{fmt}}] ({ov.n_clipped_low} below, "
+            ("Clipped", (f"{ov.n_clipped} to [{res.clip:{fmt}}, {_one_minus(res.clip, fmt)}] ({ov.n_clipped_low} below, "
                          f"{ov.n_clipped_high} above)" if treatment.binary else
                          f"{ov.n_clipped} unit(s) with an arm's score raised to {res.clip:{fmt}}")
                         + f"; clip {ov.clip_rule}"),
@@ -86,7 +92,7 @@ class Summary:
         ]
         prop_rows = [row for row in prop_rows if row is not None]
         if getattr(ov, "trim", 0.0) > 0:
-            prop_rows.insert(2, ("Trimmed", (f"{ov.n_trimmed} outside [{ov.trim:g}, {1 - ov.trim:g}] ({ov.n_trimmed_low} "
+            prop_rows.insert(2, ("Trimmed", (f"{ov.n_trimmed} outside [{ov.trim:g}, {_one_minus(ov.trim, 'g')}] ({ov.n_trimmed_low} "
                                              f"below, {ov.n_trimmed_high} above)" if treatment.binary else
                                              f"{ov.n_trimmed} with an arm's score below {ov.trim:g}")
                                             + " dropped from the second stage"))
