@@ -240,6 +240,9 @@ def test_summary_says_when_every_covariate_of_v_was_dropped():
     formula, known = "y ~ a | v1 + v2 | w", np.full(n, 0.5)
     dropped = ccme.fit(formula, data, propensity=known, seed=1)
     assert np.all(np.isinf(dropped.kernels["v"].bandwidth_array))
+    assert dropped.tuning.dropped_groups("V") == ["v1", "v2"]
+    frame = dropped.tuning.relevance_frame()
+    assert dropped.tuning.dropped_groups("X") == list(frame.group[(frame.role == "X") & frame.dropped])
     note = "every covariate of V was dropped"
     assert note in str(dropped.summary(n_boot=0))
     kept = ccme.fit(formula, data, propensity=known, seed=1, v_bandwidth="median")

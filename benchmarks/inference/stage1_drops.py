@@ -67,12 +67,11 @@ def tuning_report(case, n: int, rep: int):
 
 
 def one_data_set(case, n: int, rep: int) -> dict:
-    rows = tuning_report(case, n, rep).relevance
-    v_groups = [r["group"] for r in rows if r["role"] == "V"]
-    x_dropped = {r["group"] for r in rows if r["role"] == "X" and r["dropped"]}
+    report = tuning_report(case, n, rep)
+    x_dropped = set(report.dropped_groups("X"))
     return {"case": case.name, "n": n, "rep": rep,
-            "stage1_dropped": [g for g in v_groups if g in x_dropped],
-            "v_dropped": [r["group"] for r in rows if r["role"] == "V" and r["dropped"]]}
+            "stage1_dropped": [r["group"] for r in report.relevance if r["role"] == "V" and r["group"] in x_dropped],
+            "v_dropped": report.dropped_groups("V")}
 
 
 def summarise(path: Path) -> str:

@@ -266,8 +266,7 @@ def simultaneous_v_factor(n: int) -> float:
 def dropped_v_groups(res) -> list:
     """The labels of the V covariate groups the tuning's per-group search dropped (none without that search)."""
     tuning = getattr(res, "tuning", None)
-    return [row["group"] for row in (tuning.relevance if tuning is not None else ())
-            if row["role"] == "V" and row["dropped"]]
+    return tuning.dropped_groups("V") if tuning is not None else []
 
 
 def restore_note(res, restore: np.ndarray | None) -> str:

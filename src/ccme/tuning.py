@@ -319,6 +319,10 @@ class TuningReport:
         """
         return pd.DataFrame([dict(r) for r in self.relevance], columns=list(self._RELEVANCE_KEYS))
 
+    def dropped_groups(self, role: str) -> list:
+        """The labels of the covariate groups of ``role`` ("X" or "V") that the per-group search dropped."""
+        return [r["group"] for r in self.relevance if r["role"] == role and r["dropped"]]
+
     def relevance_rows(self) -> list:
         """The relevance table as the summary's (label, text) rows, one per covariate group."""
         rows = []
