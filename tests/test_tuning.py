@@ -249,6 +249,56 @@ def test_readout_proxy_equals_the_fitted_weights_at_full_rank(data, monkeypatch)
                                        atol=1e-6 * scale)
 
 
+def test_split_readout_proxy_equals_the_fitted_split_weights_at_full_rank(data, monkeypatch):
+    """The proxy of the split doubly robust second stage (correction at λ₁ × factor, plug-in part at λ₁ᵖ) gives
+    the binned weights of the fits with those penalties, for each factor of λ₁ in one call."""
+    from ccme import tuning
+    from ccme.propensity import clip_scores
+
+    monkeypatch.setattr(tuning, "NYSTROM_RANK", 10_000)
+    monkeypatch.setattr(tuning, "_NYSTROM_TOL", 1e-9)
+    fits = {f: ccme.fit(F, data, seed=3, tune="none", lam0=0.02, lam1=0.05 * f, lam1_plugin=0.01) for f in (1.0, 4.0)}
+    res = fits[1.0]
+    design = res.design
+    scores = clip_scores(res.propensity_scores, res.clip)
+    bins = tuning._Bins(design.Y[:, 0], 0.05)
+    for k, fold in enumerate(res.folds):
+        held = {arm: fold.nuisance[design.A[fold.nuisance] == arm][::7] for arm in (1, 0)}
+        proxy = tuning._proxy_fold(mode="dr", design=design, Xo=design.X, fold=fold, k=k, scores=scores,
+                                   kernels=res.kernels, lam0=res.penalties["lam0"], lam1=res.penalties["lam1"],
+                                   held=held, bins=bins, seed=0, lam1_plugin={1: 0.01, 0: 0.01},
+                                   lam1_factors=tuple(fits))
+        for arm, chosen in held.items():
+            for (mass, own), fit in zip(proxy[arm], fits.values()):
+                atoms, c = fit.embedding(arm).parts[k].weights(design.V[chosen])
+                scale = np.abs(c).max()
+                np.testing.assert_allclose(mass, bins.matrix(atoms[:, 0]) @ c, rtol=0, atol=1e-6 * scale)
+
+
+def test_split_loo_is_the_brute_force_leave_one_out_of_the_split_second_stage():
+    """:func:`ccme.tuning._split_loo` against refitting both kernel ridge regressions without each unit in turn."""
+    from ccme.kernels import Kernel
+    from ccme.tuning import _spectrum, _split_loo
+
+    rng = np.random.default_rng(2)
+    m = 40
+    V = rng.normal(size=(m, 2))
+    mu0 = np.sin(V[:, :1]) + 0.1 * rng.normal(size=(m, 3))
+    xi = mu0 + rng.normal(size=(m, 3))
+    spec = _spectrum(V, Kernel("gaussian", (1.0, 1.0)), 1.0, 1e-3, 1)
+    K = spec.Q @ np.diag(spec.s2) @ spec.Q.T  # the kernel the criterion sees
+
+    def loo_prediction(T, lam, i):
+        keep = np.arange(m) != i
+        coef = np.linalg.solve(K[np.ix_(keep, keep)] + m * lam * np.eye(m - 1), T[keep])
+        return K[i, keep] @ coef
+
+    lams, lam_p = [0.003, 0.03], 0.01
+    brute = [np.mean([np.sum((xi[i] - loo_prediction(xi - mu0, lam, i) - loo_prediction(mu0, lam_p, i)) ** 2)
+                      for i in range(m)]) for lam in lams]
+    np.testing.assert_allclose(_split_loo(spec, xi, mu0, lams, lam_p), brute, rtol=1e-8)
+
+
 def test_subsampled_tuning_is_bounded_deterministic_and_thread_invariant(monkeypatch):
     """With small limits every path of the large-n tuning runs at n = 1200: subsampled penalties, the Nyström first
     stage and outcome features, the read-out proxy; no penalty regression exceeds its limit, and the result is the

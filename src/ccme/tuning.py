@@ -453,6 +453,20 @@ PLUGIN_PENALTY_SEARCH = True
 #: split (``benchmarks/tuning_rule.py``, ``results/dr_penalties_by_arm_choose.txt``; README, "Accuracy zoo"): 0.987,
 #: 4 case-arms better and 4 worse by more than 1%, 14% more fit time, so the shared choice stays.
 DR_PENALTIES_BY_ARM = False
+#: What the doubly robust correction's penalty λ₁ is chosen on: "whole", the leave-one-out error of one ridge
+#: regression of the whole pseudo-outcome ξ̂ on V (its plug-in part then gets λ₁ᵖ of its own); "split", the
+#: leave-one-out error of the split second stage actually fitted (:func:`_split_loo`): the correction
+#: ω(φ(Y) − μ̂₀(X)) smoothed at λ₁ plus the plug-in part at the λ₁ᵖ chosen first, as a predictor of ξ̂; or "ise",
+#: the weighted ISE-CV of the read-out bandwidth (:func:`_readout_proxy`) on the split second stage's proxy, over
+#: λ₁ × :data:`DR_CORRECTION_FACTORS` jointly with σ_y.  Measured on the zoo's "choose" split
+#: (``benchmarks/tuning_rule.py --setting ccme.tuning.DR_CORRECTION_CRITERION=whole,split`` (and ``whole,ise``)
+#: ``--split choose --seeds 1,2,3 --eval-points 150``, ``results/dr_correction_{criterion,ise}_choose.txt``):
+#: "split" 1.318, worse on all 14 case-arms (it picks a larger λ₁ where the criterion in the outcome kernel's
+#: RKHS is flat, irrelevant_x50 2.4 / 1.6); "ise" 1.027, 6 better and 6 worse (nhefs_sex 1.17 / 1.37), 19% more
+#: fit time.  So the whole pseudo-outcome's criterion stays.
+DR_CORRECTION_CRITERION = "whole"
+#: The factors of the leave-one-out λ₁ among which DR_CORRECTION_CRITERION "ise" chooses.
+DR_CORRECTION_FACTORS = (0.01, 0.0316, 0.1, 0.316, 1.0, 3.16, 10.0, 31.6, 100.0)
 #: Rank (number of Nyström centres) at most of the kernel approximations beyond the penalty subsamples: the first
 #: stage μ̂₀ of the stage-2 pseudo-outcomes when its regression is larger than LAMBDA_UNITS, and the read-out proxy.
 NYSTROM_RANK = 300
@@ -825,6 +839,17 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             report.chosen["v_bandwidth"] = [float(b) for b in tuned_v.bandwidth]
             v_kernel = prepared["kernels"]["v"] = tuned_v
             searched["V"] = (count, time.perf_counter() - ard_started)
+    # The split criterion scores the correction given the plug-in part's penalty, so λ₁ᵖ is chosen first (on the
+    # final V kernel: the split criterion only runs where the λ₁ search does not rescale it).
+    split_criterion = (plugin and "lam1" in grids and DR_CORRECTION_CRITERION == "split" and sw is None
+                       and (v_ard or "v_bandwidth" not in grids))
+    if split_criterion:
+        prepared["lam1_plugin"], curves = _plugin_penalty(
+            targets, V, prepared["kernels"]["v"], grids["lam1_plugin"], weights_of,
+            extend=grids["lam1_plugin"] is LAMBDA_GRID, n_threads=n_threads, n=len(design.A),
+            by_arm=DR_PENALTIES_BY_ARM)
+        report.chosen["lam1_plugin"] = dict(prepared["lam1_plugin"])
+        report.curves += curves
     if ("lam1" in grids or "v_bandwidth" in grids) and ("lam1" in grids or not v_ard):
         # One regression per fold (per fold and arm for one-step) on the subsample of its second-stage units that
         # carries the pseudo-outcomes, at the penalties λ·(n/s)^α of the grid's λ at its n units (_transfer).
@@ -836,6 +861,10 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             rows, _, size, _ = targets[k][group[0]]
             shift = _transfer(len(rows), size, "V")
             spec = _spectrum(V[rows], v_kernel, f, lam_grid.min() * shift, 1, weights_of(rows))
+            if split_criterion:
+                return spec.approximate, [size * _split_loo(spec, targets[k][arm][1], targets[k][arm][3],
+                                                            lam_grid * shift, prepared["lam1_plugin"][arm] * shift)
+                                          for arm in group]
             return spec.approximate, [size * spec.loo(targets[k][arm][1], lam_grid * shift, 1) for arm in group]
 
         # The default grid grows downwards as λ₀'s does (a decade at a time, at most _EXTENSIONS times) while an
@@ -852,10 +881,16 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 for arm, values in zip(group, curves):
                     per_factor[arm][i_f] += values
             sums = [per_factor[arm] for arm in arms] if by_arm else [sum(per_factor[arm] for arm in arms)]
-            lowest = any(np.unravel_index(_best(c.ravel()), c.shape)[1] == 0 for c in sums)
-            if not (extend and lowest) or extension == _EXTENSIONS:
+            at = [np.unravel_index(_best(c.ravel()), c.shape)[1] for c in sums]
+            lowest = any(i == 0 for i in at)
+            # The split criterion may ask for no correction at all: its grid also grows upwards.
+            highest = split_criterion and any(i == len(lam_grid) - 1 for i in at)
+            if not (extend and (lowest or highest)) or extension == _EXTENSIONS:
                 break
-            lam_grid = np.concatenate([lam_grid[0] * 10.0 ** np.array([-1.0, -0.5]), lam_grid])
+            if lowest:
+                lam_grid = np.concatenate([lam_grid[0] * 10.0 ** np.array([-1.0, -0.5]), lam_grid])
+            if highest:
+                lam_grid = np.concatenate([lam_grid, lam_grid[-1] * 10.0 ** np.array([0.5, 1.0])])
         if by_arm:
             lam1 = {}
             for arm in arms:
@@ -885,7 +920,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             prepared["kernels"]["v"] = Kernel(v_kernel.name, tuple(v_kernel.bandwidth_array * f_best),
                                               f"{v_kernel.rule} x {f_best:g}, LOO")
             report.chosen["v_bandwidth_factor"] = float(f_best)
-    if plugin:
+    if plugin and not split_criterion:
         prepared["lam1_plugin"], curves = _plugin_penalty(
             targets, V, prepared["kernels"]["v"], grids["lam1_plugin"], weights_of,
             extend=grids["lam1_plugin"] is LAMBDA_GRID, n_threads=n_threads, n=len(design.A),
@@ -894,10 +929,17 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         report.curves += curves
     if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
-        report.pending_readout = _readout_proxy(
+        ise = plugin and "lam1" in grids and DR_CORRECTION_CRITERION == "ise"
+        proxy = _readout_proxy(
             mode=mode, design=design, Xo=Xo, folds=folds, scores=scores, kernels=prepared["kernels"],
             lam0=prepared["lam0"], lam1=prepared["lam1"], factors=grids["y_bandwidth"], seed=seed,
-            n_threads=n_threads, weighted=mode != "onestep")
+            n_threads=n_threads, weighted=mode != "onestep", lam1_plugin=prepared.get("lam1_plugin"),
+            lam1_factors=DR_CORRECTION_FACTORS if ise else None)
+        if ise:
+            *proxy, prepared["lam1"] = proxy
+            report.chosen["lam1"] = dict(prepared["lam1"])
+            report.notes.append("the correction's penalty: weighted ISE-CV of the split second stage's proxy")
+        report.pending_readout = tuple(proxy)
         report.notes.append(f"y bandwidth: weighted ISE-CV on the fit's Nystrom proxy (rank at most {NYSTROM_RANK}), "
                             f"{time.perf_counter() - readout_started:.2f} s")
     if approximate:
@@ -952,6 +994,32 @@ def _plugin_penalty(targets, V, v_kernel: Kernel, lam_grid, weights_of, *, exten
     curves = [TuningCurve("lam1_plugin", lam_grid, crit, "LOO (RKHS) of mu0(X) on V" + ("" if by_arm else ", all arms"),
                           chosen[key], key) for key, crit in crits.items()]
     return ({arm: chosen[arm if by_arm else None] for arm in arms}), curves
+
+
+def _split_loo(spec: _Spectrum, xi: np.ndarray, mu0: np.ndarray, lambdas, lam_plugin: float) -> np.ndarray:
+    """Mean leave-one-out error of the split second stage along the correction's penalties ``lambdas``.
+
+    The split doubly robust estimate (:class:`ccme.estimators.base.SplitSecondStage`) smooths the correction
+    c_i = ξ̂_i − μ̂₀(X_i) at λ₁ and the plug-in part μ̂₀(X_i) at λ₁ᵖ, both on the same V kernel.  Its
+    leave-one-out prediction of ξ̂_i misses by the sum of the two parts' leave-one-out residuals,
+    r_i = (t_i − [H t]_i) / (1 − H_ii) for each part's targets t and hat matrix H = Q diag(s²/(s² + mλ)) Qᵀ (the
+    path of :func:`ccme._backend.krr_loo_path`), so the criterion is (1/m) Σ_i ‖r_i^c(λ₁) + r_i^p(λ₁ᵖ)‖²: the
+    error of the estimator that is fitted, where one regression of ξ̂ (the "whole" criterion) scores another.
+    Unweighted (the caller keeps the whole criterion under sampling weights).
+    """
+    Q, s2 = spec.Q, spec.s2
+    m = len(Q)
+    Q2 = Q * Q
+
+    def residuals(T, P, lam):
+        d = s2 / (s2 + m * lam)
+        return (T - Q @ (d[:, None] * P)) / (1.0 - Q2 @ d)[:, None]
+
+    plugin = residuals(mu0, Q.T @ mu0, lam_plugin)
+    correction = xi - mu0
+    P = Q.T @ correction
+    return np.array([float(np.mean(np.sum((residuals(correction, P, lam) + plugin) ** 2, axis=1)))
+                     for lam in np.asarray(lambdas, dtype=float)])
 
 
 def _proxy_readout(mode: str, design, prepared: dict) -> bool:
@@ -1425,7 +1493,7 @@ class _Bins:
 
 
 def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, held: dict, bins: _Bins,
-                seed: int) -> dict:
+                seed: int, lam1_plugin: dict | None = None, lam1_factors=(1.0,)) -> dict:
     """Binned embedding weights at V of each arm's ``held`` units of one fold, and each unit's own-atom weight.
 
     The fold-arm's estimator (eq. emp_density) with both kernel ridge
@@ -1443,10 +1511,17 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
     own outcome is an atom of μ̂₀ (the held units are the first stage's); its
     weight c₀ is returned apart.
 
+    With ``lam1_plugin`` (the doubly robust mode), the split second stage
+    (:class:`ccme.estimators.base.SplitSecondStage`): the correction
+    (ω, −ω) at λ₁ and the plug-in part (0, 1) at λ₁ᵖ; with ``lam1_factors``,
+    the correction's penalty at each λ₁ × factor (the centres then cover the
+    smallest penalty used).
+
     Returns
     -------
     dict
-        arm → (mass (bins, n_held), own (n_held,)).
+        arm → (mass (bins, n_held), own (n_held,)); with ``lam1_factors`` other
+        than (1.0,), arm → a list of those pairs, one per factor.
     """
     import scipy.linalg
 
@@ -1466,8 +1541,9 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
         rows = pseudo[arms[0]].rows
         V1 = np.ascontiguousarray(V[rows])
         lams = {arm: len(rows) * lam1[arm] for arm in arms}
-        phi = _nystrom_map(V1, kernels["v"], min(lams.values()),
-                           _units_rng(seed, 6, k, arms[0] if mode == "onestep" else 2), 1)
+        split = {arm: len(rows) * lam1_plugin[arm] for arm in arms} if lam1_plugin else {}
+        smallest = min([lams[arm] * min(lam1_factors) for arm in arms] + list(split.values()))
+        phi = _nystrom_map(V1, kernels["v"], smallest, _units_rng(seed, 6, k, arms[0] if mode == "onestep" else 2), 1)
         first = {arm: pseudo[arm].has_first_stage for arm in arms}
         psi, X0, rows0 = {}, {}, {}
         for arm in arms:
@@ -1479,6 +1555,7 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
         S = np.zeros((phi.rank, phi.rank))                       # Σ k_P(x) k_P(x)ᵀ over the rows
         B1 = {arm: np.zeros((bins.count, phi.rank)) for arm in arms}
         C = {arm: np.zeros((psi[arm].rank, phi.rank)) for arm in psi}
+        Cp = {arm: np.zeros((psi[arm].rank, phi.rank)) for arm in psi if arm in split}  # the plug-in part's (b = 1)
         for s in range(0, len(rows), _BLOCK_ROWS):
             block = slice(s, s + _BLOCK_ROWS)
             Kv = _backend.gram(V1[block], phi.centers, phi.name, phi.bandwidth, n_threads=1)   # (b, r)
@@ -1490,16 +1567,20 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
                     Kx = _backend.gram(psi[arm].centers, np.ascontiguousarray(Xo[rows[block]]), psi[arm].name,
                                        psi[arm].bandwidth, n_threads=1)
                     C[arm] += Kx @ (pseudo[arm].b[block, None] * Kv)
+                    if arm in Cp:
+                        Cp[arm] += Kx @ Kv
         gram = two_sided(phi.L, S)                                # ΦᵀΦ
         for arm in arms:
             chosen = held[arm]
-            M = gram.copy()
-            M[np.diag_indices_from(M)] += lams[arm]
             at = tri(phi.L, _backend.gram(phi.centers, np.ascontiguousarray(V[chosen]), phi.name, phi.bandwidth,
                                           n_threads=1))          # φ(V_held)ᵀ
-            U = scipy.linalg.solve(M, at, assume_a="pos", check_finite=False)
-            mass = tri(phi.L, B1[arm].T).T @ U
-            own = np.zeros(len(chosen))
+
+            def solved(shift):
+                M = gram.copy()
+                M[np.diag_indices_from(M)] += shift
+                return scipy.linalg.solve(M, at, assume_a="pos", check_finite=False)
+
+            first_stage = None
             if arm in psi:
                 p = psi[arm]
                 Sx = np.zeros((p.rank, p.rank))
@@ -1511,17 +1592,33 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
                     B0 += bins.matrix(Y[rows0[arm][block], 0]) @ Kx
                 N = two_sided(p.L, Sx)
                 N[np.diag_indices_from(N)] += len(rows0[arm]) * lam0[arm]
-                T = scipy.linalg.solve(N, two_sided(p.L, C[arm], phi.L) @ U, assume_a="pos", check_finite=False)
-                mass += tri(p.L, B0.T).T @ T
                 held_x = tri(p.L, _backend.gram(p.centers, np.ascontiguousarray(Xo[chosen]), p.name, p.bandwidth,
                                                 n_threads=1))     # ψ(X_held)ᵀ
-                own = np.einsum("rj,rj->j", held_x, T)
-            out[arm] = (mass, own)
+                first_stage = (N, B0, held_x)
+            plugin_part = None
+            if arm in Cp:  # the plug-in part's pull-back at λ₁ᵖ, shared by every correction penalty
+                plugin_part = two_sided(psi[arm].L, Cp[arm], phi.L) @ solved(split[arm])
+            pairs = []
+            for factor in lam1_factors:
+                U = solved(lams[arm] * factor)
+                mass = tri(phi.L, B1[arm].T).T @ U
+                own = np.zeros(len(chosen))
+                if first_stage is not None:
+                    N, B0, held_x = first_stage
+                    if plugin_part is None:
+                        pulled = two_sided(psi[arm].L, C[arm], phi.L) @ U
+                    else:  # b = −ω on the correction, 1 on the plug-in part
+                        pulled = two_sided(psi[arm].L, C[arm] - Cp[arm], phi.L) @ U + plugin_part
+                    T = scipy.linalg.solve(N, pulled, assume_a="pos", check_finite=False)
+                    mass += tri(psi[arm].L, B0.T).T @ T
+                    own = np.einsum("rj,rj->j", held_x, T)
+                pairs.append((mass, own))
+            out[arm] = pairs[0] if tuple(lam1_factors) == (1.0,) else pairs
     return out
 
 
 def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, factors, seed: int, n_threads: int,
-                   weighted: bool):
+                   weighted: bool, lam1_plugin: dict | None = None, lam1_factors=None):
     """Each arm's read-out bandwidth σ_y by the weighted ISE-CV of :func:`tune_outcome_bandwidth`, on a proxy.
 
     The criterion is the same sum over at most 300 held-out units per fold and
@@ -1532,8 +1629,16 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     the exact fit, so that choosing σ_y neither waits for the fit's n × n
     factors nor builds an arm the user may never read.  Returns
     ({arm: Kernel}, [TuningCurve per arm]) as :func:`tune_outcome_bandwidth`.
+
+    With ``lam1_factors`` (the doubly robust mode, :data:`DR_CORRECTION_CRITERION`
+    "ise"), the proxy is the split second stage at ``lam1_plugin``, and the
+    correction's penalty is chosen with σ_y: the factor of λ₁ whose best σ_y
+    gives the lowest criterion summed over the arms.  Returns then
+    ({arm: Kernel}, curves, {arm: λ₁}).
     """
     Y, A = design.Y, design.A
+    search = lam1_factors is not None
+    lam1_factors = tuple(lam1_factors) if search else (1.0,)
     scores = arm_probabilities(scores)
     base = kernels["y"]
     factors = np.asarray(factors, dtype=np.float64)
@@ -1553,36 +1658,49 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
         return _proxy_fold(mode=mode, design=design, Xo=Xo, fold=folds[k], k=k, scores=scores, kernels=kernels,
                            lam0=lam0, lam1=lam1,
                            held={arm: held[(k, arm)][1] for arm in design.arms if (k, arm) in held},
-                           bins=bins, seed=seed)
+                           bins=bins, seed=seed, lam1_plugin=lam1_plugin if search else None,
+                           lam1_factors=lam1_factors)
 
     with threadpool_limits(limits=1, user_api="blas"):
         fitted = {(k, arm): value for k, per_arm in enumerate(_parallel(masses, list(range(len(folds))), n_threads))
                   for arm, value in per_arm.items()}
         on_grid_kernels = [_backend.gram(bins.centers, grid[:, None], base.name, base.bandwidth_array * f,
                                          normalized=True, n_threads=n_threads) for f in factors]
-        out, curves = {}, []
+        totals = {}
         for arm in design.arms:
-            total = np.zeros(len(factors))
+            total = np.zeros((len(lam1_factors), len(factors)))
             for k, fold in enumerate(folds):
                 if (k, arm) not in held:
                     continue
                 size, chosen = held[(k, arm)]
-                mass, own = fitted[(k, arm)]
+                pairs = fitted[(k, arm)] if search else [fitted[(k, arm)]]
                 omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
                 scale = size / chosen.size / len(fold.nuisance) / len(folds)
                 left, w = bins.locate(Y[chosen, 0])
                 cols = np.arange(len(chosen))
                 for i, f in enumerate(factors):
-                    on_grid = mass.T @ on_grid_kernels[i]
-                    square = np.trapezoid(on_grid**2, grid, axis=1)
                     k_y = _backend.gram(bins.centers, Y[chosen], base.name, base.bandwidth_array * f,
                                         normalized=True, n_threads=n_threads)
                     # The unit's own outcome (an atom of μ̂₀) left out of its evaluation, as its binned share.
                     own_share = (1.0 - w) * k_y[left, cols] + w * k_y[left + 1, cols]
-                    at_y = np.einsum("bj,bj->j", mass, k_y) - own * own_share
-                    total[i] += scale * np.sum(omega * (square - 2.0 * at_y))
-            out[arm], curve = _chosen_y_bandwidth(base, factors, total, arm)
+                    for j, (mass, own) in enumerate(pairs):
+                        on_grid = mass.T @ on_grid_kernels[i]
+                        square = np.trapezoid(on_grid**2, grid, axis=1)
+                        at_y = np.einsum("bj,bj->j", mass, k_y) - own * own_share
+                        total[j, i] += scale * np.sum(omega * (square - 2.0 * at_y))
+            totals[arm] = total
+        # One correction penalty for the arms (as λ₁ is shared): the factor whose arms' best σ_y sum lowest.
+        j = _best(sum(totals[arm].min(axis=1) for arm in design.arms)) if search else 0
+        out, curves = {}, []
+        for arm in design.arms:
+            out[arm], curve = _chosen_y_bandwidth(base, factors, totals[arm][j], arm)
             curves.append(curve)
+    if search:
+        picked = {arm: lam1[arm] * lam1_factors[j] for arm in design.arms}
+        curves += [TuningCurve("lam1", np.array([lam1[arm] * f for f in lam1_factors]), totals[arm].min(axis=1),
+                               "weighted ISE-CV (split proxy, best y bandwidth)", picked[arm], arm, None)
+                   for arm in design.arms]
+        return out, curves, picked
     return out, curves
 
 
