@@ -843,13 +843,17 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     # final V kernel: the split criterion only runs where the λ₁ search does not rescale it).
     split_criterion = (plugin and "lam1" in grids and DR_CORRECTION_CRITERION == "split" and sw is None
                        and (v_ard or "v_bandwidth" not in grids))
-    if split_criterion:
+
+    def choose_plugin_penalty():
         prepared["lam1_plugin"], curves = _plugin_penalty(
             targets, V, prepared["kernels"]["v"], grids["lam1_plugin"], weights_of,
             extend=grids["lam1_plugin"] is LAMBDA_GRID, n_threads=n_threads, n=len(design.A),
             by_arm=DR_PENALTIES_BY_ARM)
         report.chosen["lam1_plugin"] = dict(prepared["lam1_plugin"])
-        report.curves += curves
+        report.curves.extend(curves)
+
+    if split_criterion:
+        choose_plugin_penalty()
     if ("lam1" in grids or "v_bandwidth" in grids) and ("lam1" in grids or not v_ard):
         # One regression per fold (per fold and arm for one-step) on the subsample of its second-stage units that
         # carries the pseudo-outcomes, at the penalties λ·(n/s)^α of the grid's λ at its n units (_transfer).
@@ -921,12 +925,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                                               f"{v_kernel.rule} x {f_best:g}, LOO")
             report.chosen["v_bandwidth_factor"] = float(f_best)
     if plugin and not split_criterion:
-        prepared["lam1_plugin"], curves = _plugin_penalty(
-            targets, V, prepared["kernels"]["v"], grids["lam1_plugin"], weights_of,
-            extend=grids["lam1_plugin"] is LAMBDA_GRID, n_threads=n_threads, n=len(design.A),
-            by_arm=DR_PENALTIES_BY_ARM)
-        report.chosen["lam1_plugin"] = dict(prepared["lam1_plugin"])
-        report.curves += curves
+        choose_plugin_penalty()
     if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
         ise = plugin and "lam1" in grids and DR_CORRECTION_CRITERION == "ise"
