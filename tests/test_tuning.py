@@ -275,6 +275,23 @@ def test_split_readout_proxy_equals_the_fitted_split_weights_at_full_rank(data, 
                 np.testing.assert_allclose(mass, bins.matrix(atoms[:, 0]) @ c, rtol=0, atol=1e-6 * scale)
 
 
+@pytest.mark.parametrize("criterion", ["split", "ise"])
+def test_dr_correction_criteria_choose_the_minimum_of_their_curves(data, monkeypatch, criterion):
+    """Each alternative criterion for the correction's penalty (DR_CORRECTION_CRITERION) sets λ₁ at the minimum
+    of the curve it reports (summed over the arms, which share λ₁); the plug-in part keeps its own λ₁ᵖ."""
+    from ccme import tuning
+
+    monkeypatch.setattr(tuning, "DR_CORRECTION_CRITERION", criterion)
+    res = ccme.fit(F, data, seed=3, propensity="forest")
+    name = "LOO (RKHS), all arms" if criterion == "split" else "weighted ISE-CV (split proxy, best y bandwidth)"
+    curves = [c for c in res.tuning.curves if c.parameter == "lam1" and c.criterion_name == name]
+    assert len(curves) == (1 if criterion == "split" else 2)
+    best = curves[0].values[int(np.argmin(sum(c.criterion for c in curves)))]
+    assert res.penalties["lam1"] == {1: pytest.approx(best), 0: pytest.approx(best)}
+    assert all(c.chosen == pytest.approx(best) for c in curves)
+    assert res.penalties["lam1_plugin"][1] != res.penalties["lam1"][1]
+
+
 def test_split_loo_is_the_brute_force_leave_one_out_of_the_split_second_stage():
     """:func:`ccme.tuning._split_loo` against refitting both kernel ridge regressions without each unit in turn."""
     from ccme.kernels import Kernel
