@@ -168,7 +168,7 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
              f"{'probe':18s} {'pointwise':>9s} {'simult.':>8s} {'true pw':>8s} {'width':>8s}   "
              "simultaneous by arm (1; 0) and V-point"]
     for probe, t in tally.items():
-        sim = np.array(t["simultaneous"]).reshape(reps, 2, 3).mean(axis=0)
+        sim = np.array(t["simultaneous"]).reshape(reps, 2, -1).mean(axis=0)
         lines.append(f"{probe:18s} {np.mean(t['pointwise']):9.3f} {np.mean(t['simultaneous']):8.3f} "
                      f"{np.mean(t['true']):8.3f} {np.mean(t['width']):8.4f}   "
                      f"{' '.join(f'{s:.2f}' for s in sim[0])}; {' '.join(f'{s:.2f}' for s in sim[1])}")
