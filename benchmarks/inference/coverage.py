@@ -76,7 +76,7 @@ read-out kernel (8e6ba50; their coverage with it was measured by
 
 ``results/coverage_heldout_overlap_categorical.jsonl`` holds two more cases
 held out of every inference choice, ``weak_overlap`` and ``categorical_v``
-(d8a32b0 and 39655db; 100 data sets at n = 2000, 40 at n = 10000; README): with the
+(d8a32b0, 39655db and d1476e6; 100 data sets at each n; README): with the
 categorical V the simultaneous band covers 0.81 at n = 2000 (README: the
 studentised errors are heavy-tailed there; the refit has the fit's centre).
 
