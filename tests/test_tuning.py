@@ -240,7 +240,7 @@ def test_readout_proxy_equals_the_fitted_weights_at_full_rank(data, monkeypatch)
         for arm, chosen in held.items():
             part = res.embedding(arm).parts[k]
             atoms, c = part.weights(design.V[chosen])
-            mass, own = proxy[arm]
+            (mass, own), = proxy[arm]  # one pair: λ₁ itself
             scale = np.abs(c).max()
             np.testing.assert_allclose(mass, bins.matrix(atoms[:, 0]) @ c, rtol=0, atol=1e-6 * scale)
             # each chosen unit's own outcome is an atom of the first stage (after the second stage's n atoms)

@@ -929,16 +929,15 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
         ise = plugin and "lam1" in grids and DR_CORRECTION_CRITERION == "ise"
-        proxy = _readout_proxy(
+        chosen, curves, prepared["lam1"] = _readout_proxy(
             mode=mode, design=design, Xo=Xo, folds=folds, scores=scores, kernels=prepared["kernels"],
             lam0=prepared["lam0"], lam1=prepared["lam1"], factors=grids["y_bandwidth"], seed=seed,
             n_threads=n_threads, weighted=mode != "onestep", lam1_plugin=prepared.get("lam1_plugin"),
             lam1_factors=DR_CORRECTION_FACTORS if ise else None)
         if ise:
-            *proxy, prepared["lam1"] = proxy
             report.chosen["lam1"] = dict(prepared["lam1"])
             report.notes.append("the correction's penalty: weighted ISE-CV of the split second stage's proxy")
-        report.pending_readout = tuple(proxy)
+        report.pending_readout = (chosen, curves)
         report.notes.append(f"y bandwidth: weighted ISE-CV on the fit's Nystrom proxy (rank at most {NYSTROM_RANK}), "
                             f"{time.perf_counter() - readout_started:.2f} s")
     if approximate:
@@ -1519,8 +1518,7 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
     Returns
     -------
     dict
-        arm → (mass (bins, n_held), own (n_held,)); with ``lam1_factors`` other
-        than (1.0,), arm → a list of those pairs, one per factor.
+        arm → [(mass (bins, n_held), own (n_held,)) for each factor of ``lam1_factors``].
     """
     import scipy.linalg
 
@@ -1579,6 +1577,7 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
                 M[np.diag_indices_from(M)] += shift
                 return scipy.linalg.solve(M, at, assume_a="pos", check_finite=False)
 
+            correction = tri(phi.L, B1[arm].T).T                  # the own-outcome atoms' part, binned
             first_stage = None
             if arm in psi:
                 p = psi[arm]
@@ -1593,26 +1592,23 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
                 N[np.diag_indices_from(N)] += len(rows0[arm]) * lam0[arm]
                 held_x = tri(p.L, _backend.gram(p.centers, np.ascontiguousarray(Xo[chosen]), p.name, p.bandwidth,
                                                 n_threads=1))     # ψ(X_held)ᵀ
-                first_stage = (N, B0, held_x)
-            plugin_part = None
-            if arm in Cp:  # the plug-in part's pull-back at λ₁ᵖ, shared by every correction penalty
-                plugin_part = two_sided(psi[arm].L, Cp[arm], phi.L) @ solved(split[arm])
+                # The pull-back of the second stage's b-weights: b = −ω on the correction, 1 on the plug-in part
+                # (whose share at λ₁ᵖ is the same for every correction penalty) when split, 1 − ω otherwise.
+                pull = two_sided(p.L, C[arm] - Cp[arm] if arm in Cp else C[arm], phi.L)
+                plugin_part = two_sided(p.L, Cp[arm], phi.L) @ solved(split[arm]) if arm in Cp else 0.0
+                first_stage = (N, tri(p.L, B0.T).T, held_x, pull, plugin_part)
             pairs = []
             for factor in lam1_factors:
                 U = solved(lams[arm] * factor)
-                mass = tri(phi.L, B1[arm].T).T @ U
+                mass = correction @ U
                 own = np.zeros(len(chosen))
                 if first_stage is not None:
-                    N, B0, held_x = first_stage
-                    if plugin_part is None:
-                        pulled = two_sided(psi[arm].L, C[arm], phi.L) @ U
-                    else:  # b = −ω on the correction, 1 on the plug-in part
-                        pulled = two_sided(psi[arm].L, C[arm] - Cp[arm], phi.L) @ U + plugin_part
-                    T = scipy.linalg.solve(N, pulled, assume_a="pos", check_finite=False)
-                    mass += tri(psi[arm].L, B0.T).T @ T
+                    N, binned0, held_x, pull, plugin_part = first_stage
+                    T = scipy.linalg.solve(N, pull @ U + plugin_part, assume_a="pos", check_finite=False)
+                    mass += binned0 @ T
                     own = np.einsum("rj,rj->j", held_x, T)
                 pairs.append((mass, own))
-            out[arm] = pairs[0] if tuple(lam1_factors) == (1.0,) else pairs
+            out[arm] = pairs
     return out
 
 
@@ -1632,8 +1628,8 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     With ``lam1_factors`` (the doubly robust mode, :data:`DR_CORRECTION_CRITERION`
     "ise"), the proxy is the split second stage at ``lam1_plugin``, and the
     correction's penalty is chosen with σ_y: the factor of λ₁ whose best σ_y
-    gives the lowest criterion summed over the arms.  Returns then
-    ({arm: Kernel}, curves, {arm: λ₁}).
+    gives the lowest criterion summed over the arms.  Returns
+    ({arm: Kernel}, curves, {arm: λ₁}), the last ``lam1`` itself without a search.
     """
     Y, A = design.Y, design.A
     search = lam1_factors is not None
@@ -1672,7 +1668,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                 if (k, arm) not in held:
                     continue
                 size, chosen = held[(k, arm)]
-                pairs = fitted[(k, arm)] if search else [fitted[(k, arm)]]
+                pairs = fitted[(k, arm)]
                 omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
                 scale = size / chosen.size / len(fold.nuisance) / len(folds)
                 left, w = bins.locate(Y[chosen, 0])
@@ -1694,13 +1690,13 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
         for arm in design.arms:
             out[arm], curve = _chosen_y_bandwidth(base, factors, totals[arm][j], arm)
             curves.append(curve)
-    if search:
-        picked = {arm: lam1[arm] * lam1_factors[j] for arm in design.arms}
-        curves += [TuningCurve("lam1", np.array([lam1[arm] * f for f in lam1_factors]), totals[arm].min(axis=1),
-                               "weighted ISE-CV (split proxy, best y bandwidth)", picked[arm], arm, None)
-                   for arm in design.arms]
-        return out, curves, picked
-    return out, curves
+    if not search:
+        return out, curves, lam1
+    picked = {arm: lam1[arm] * lam1_factors[j] for arm in design.arms}
+    curves += [TuningCurve("lam1", np.array([lam1[arm] * f for f in lam1_factors]), totals[arm].min(axis=1),
+                           "weighted ISE-CV (split proxy, best y bandwidth)", picked[arm], arm, None)
+               for arm in design.arms]
+    return out, curves, picked
 
 
 # ---------------------------------------------------------------------------
