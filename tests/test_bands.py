@@ -120,6 +120,21 @@ def _twin_scale(U):
     return np.sqrt(variance), np.sqrt(scale2), scale2**2 / (U**4).sum(axis=0)
 
 
+def _twin_joint_scale(U, y, bandwidth, window):
+    """(scale, ν) that studentise the simultaneous band: each unit's u_i(y)² averaged over a Gaussian window.
+
+    The window's sd is ``window`` read-out bandwidths; 0: each point its own
+    variance (as :func:`_twin_scale`).
+    """
+    if window == 0:
+        return _twin_scale(U)[1:]
+    W = np.exp(-0.5 * ((y[:, None] - y[None, :]) / (window * bandwidth)) ** 2)
+    W /= W.sum(axis=1, keepdims=True)
+    A = np.stack([W @ (u**2) for u in U])  # unit i's squared share, averaged around each y
+    scale2 = A.sum(axis=0) + (SD_FLOOR * np.sqrt((U**2).sum(axis=0).max())) ** 2
+    return np.sqrt(scale2), scale2**2 / (A**2).sum(axis=0)
+
+
 @pytest.mark.parametrize("feature", ["density", "cdf"])
 def test_bias_reduced_bands_match_a_numpy_twin(res, feature):
     """target="smoothed": centred on Σ β_mᵀP / Σ β_mᵀ1 with the iterated Tikhonov weights β_m of BAND_ORDER."""
@@ -146,7 +161,8 @@ def test_bias_reduced_bands_match_a_numpy_twin(res, feature):
     assert np.mean(b.upper - b.lower) > np.mean(plain.upper - plain.lower)
 
 
-def test_small_sample_critical_values_match_a_numpy_twin(res):
+@pytest.mark.parametrize("window", [1.0, 0.0])
+def test_small_sample_critical_values_match_a_numpy_twin(res, window, monkeypatch):
     """target="smoothed": half-width = sqrt(Σ u_i² + floor²) · t_ν, ν = (Σ u_i² + floor²)² / Σ u_i⁴ (Satterthwaite).
 
     u_i(y) is unit i's whole share of the bootstrap draw (second stage of its
@@ -156,11 +172,17 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
     on the second stage refitted with undersmoothed V bandwidths and nλ₁ ×
     2/15, around that refit, with leave-one-out residuals e_i / (1 − H_ii),
     at the critical value that gives the two, as a union, the bootstrap's
-    joint level.
+    joint level; both simultaneous bands studentised by the variance
+    averaged over a window of ``window`` read-out bandwidths
+    (``VARIANCE_WINDOW``; 0: each point's own).
     """
     from scipy import stats
 
+    import ccme.bootstrap as bootstrap
     from ccme.bootstrap import BAND_ORDER, LEVERAGE_CORRECTION, SIMULTANEOUS_PENALTY, simultaneous_v_factor
+
+    monkeypatch.setattr(bootstrap, "VARIANCE_WINDOW", window)
+    h = res.embeddings[1].readout_kernel("density").bandwidth_array[0]
 
     y = np.linspace(-5, 45, 40)
     level = 0.9
@@ -185,16 +207,20 @@ def test_small_sample_critical_values_match_a_numpy_twin(res):
         np.testing.assert_allclose(b.estimate_simultaneous[e], centre, rtol=1e-6, atol=1e-9)
         _, scale_s, nu_s = _twin_scale(U_s)
         assert np.mean(scale_s) > np.mean(scale)  # less smoothing, more variance
+        joint, nu_joint = _twin_joint_scale(U, y, h, window)
+        joint_s, nu_joint_s = _twin_joint_scale(U_s, y, h, window)
+        if window:  # the average pools the units around y: more of them behind the variance
+            assert np.median(nu_joint / nu) > 1 and not np.allclose(joint, scale, rtol=1e-3)
         # the union of the two sup-t bands with one joint critical value: the level-quantile over the draws
         # (the same multipliers) of sup_y min(|Δ*|/scale, |Δ*_s|/scale_s), mapped through each point's t
         g = np.random.default_rng(3).standard_normal((res.n, 199))
-        T, T_s = np.abs(g.T @ U) / scale, np.abs(g.T @ U_s) / scale_s
+        T, T_s = np.abs(g.T @ U) / joint, np.abs(g.T @ U_s) / joint_s
         c_union = np.quantile(np.minimum(T, T_s).max(axis=1), level)
         assert c_union < min(np.quantile(T.max(axis=1), level),
                                                     np.quantile(T_s.max(axis=1), level))
         c_fit = np.quantile(T.max(axis=1), level)  # the fit's own band is kept whole
         outer = []
-        for c, crit, sc, df_ in ((estimate, c_fit, scale, nu), (centre, c_union, scale_s, nu_s)):
+        for c, crit, sc, df_ in ((estimate, c_fit, joint, nu_joint), (centre, c_union, joint_s, nu_joint_s)):
             half = stats.t.ppf(stats.norm.cdf(crit), df_) * sc
             outer.append((c - half, c + half))
         np.testing.assert_allclose(b.lower_simultaneous[e], np.minimum(outer[0][0], outer[1][0]), rtol=1e-6, atol=1e-12)
