@@ -161,8 +161,8 @@ def test_bias_reduced_bands_match_a_numpy_twin(res, feature):
     assert np.mean(b.upper - b.lower) > np.mean(plain.upper - plain.lower)
 
 
-@pytest.mark.parametrize("window", [1.0, 0.0])
-def test_small_sample_critical_values_match_a_numpy_twin(res, window, monkeypatch):
+@pytest.mark.parametrize("window, union", [(1.0, "joint"), (0.0, "whole")])
+def test_small_sample_critical_values_match_a_numpy_twin(res, window, union, monkeypatch):
     """target="smoothed": half-width = sqrt(Σ u_i² + floor²) · t_ν, ν = (Σ u_i² + floor²)² / Σ u_i⁴ (Satterthwaite).
 
     u_i(y) is unit i's whole share of the bootstrap draw (second stage of its
@@ -172,7 +172,8 @@ def test_small_sample_critical_values_match_a_numpy_twin(res, window, monkeypatc
     on the second stage refitted with undersmoothed V bandwidths and nλ₁ ×
     2/15, around that refit, with leave-one-out residuals e_i / (1 − H_ii),
     at the critical value that gives the two, as a union, the bootstrap's
-    joint level; both simultaneous bands studentised by the variance
+    joint level (``union="joint"``: the fit's band too; "whole": the fit's
+    band at its own); both simultaneous bands studentised by the variance
     averaged over a window of ``window`` read-out bandwidths
     (``VARIANCE_WINDOW``; 0: each point's own).
     """
@@ -182,6 +183,7 @@ def test_small_sample_critical_values_match_a_numpy_twin(res, window, monkeypatc
     from ccme.bootstrap import BAND_ORDER, LEVERAGE_CORRECTION, SIMULTANEOUS_PENALTY, simultaneous_v_factor
 
     monkeypatch.setattr(bootstrap, "VARIANCE_WINDOW", window)
+    monkeypatch.setattr(bootstrap, "UNION_FIT_BAND", union)
     h = res.embeddings[1].readout_kernel("density").bandwidth_array[0]
 
     y = np.linspace(-5, 45, 40)
@@ -218,7 +220,7 @@ def test_small_sample_critical_values_match_a_numpy_twin(res, window, monkeypatc
         c_union = np.quantile(np.minimum(T, T_s).max(axis=1), level)
         assert c_union < min(np.quantile(T.max(axis=1), level),
                                                     np.quantile(T_s.max(axis=1), level))
-        c_fit = np.quantile(T.max(axis=1), level)  # the fit's own band is kept whole
+        c_fit = c_union if union == "joint" else np.quantile(T.max(axis=1), level)
         outer = []
         for c, crit, sc, df_ in ((estimate, c_fit, joint, nu_joint), (centre, c_union, joint_s, nu_joint_s)):
             half = stats.t.ppf(stats.norm.cdf(crit), df_) * sc

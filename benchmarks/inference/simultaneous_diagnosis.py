@@ -23,6 +23,10 @@ Probes (``--probes``, comma-separated):
 - ``lev:K``     the simultaneous bands' residuals e_i / (1 − H_ii)^K instead of ``bootstrap.LEVERAGE_CORRECTION``
                 (0: in-sample residuals, 1: leave-one-out);
 - ``levpw:K``   the same for the pointwise bands (``bootstrap.LEVERAGE_POINTWISE``);
+- ``win:W``     the simultaneous bands' variance averaged over W read-out bandwidths (``bootstrap.VARIANCE_WINDOW``;
+                0: each point's own variance, as before 42f33ad);
+- ``union:U``   the fit's band in the simultaneous band kept "whole" or at the "joint" critical value
+                (``bootstrap.UNION_FIT_BAND``);
 - ``onepenalty`` the fit redone with one second-stage penalty in the doubly robust mode
                 (``ccme.tuning.PLUGIN_PENALTY_SEARCH = False``: no split of the plug-in part);
 - ``A+B``       probes combined (e.g. ``order:150+v:0.8``, ``ps:true+clip:0.005``).
@@ -104,6 +108,7 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
     original_parts, original_order = bootstrap._linear_parts, bootstrap.BAND_ORDER
     original_factor, original_penalty = bootstrap.simultaneous_v_factor, bootstrap.SIMULTANEOUS_PENALTY
     original_leverage = bootstrap.LEVERAGE_CORRECTION, bootstrap.LEVERAGE_POINTWISE
+    original_union = bootstrap.VARIANCE_WINDOW, bootstrap.UNION_FIT_BAND
     fixed = _fixed_hyperparameters(case, n) if any("fixed" in probe.split("+") for probe in probes) else None
     for rep in range(reps):
         data, truth = case.simulate(n, rep)
@@ -147,6 +152,10 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
                         bootstrap.LEVERAGE_CORRECTION = float(value)
                     elif kind == "levpw":
                         bootstrap.LEVERAGE_POINTWISE = float(value)
+                    elif kind == "win":
+                        bootstrap.VARIANCE_WINDOW = float(value)
+                    elif kind == "union":
+                        bootstrap.UNION_FIT_BAND = value
                 for arm in (1, 0):
                     mix = case.mixture(v, arm)
                     bandwidth = float(res.embedding(arm).y_kernel.bandwidth_array[0])
@@ -162,6 +171,7 @@ def run(case_name: str, n: int, reps: int, probes: list[str]) -> list[str]:
                 bootstrap._linear_parts, bootstrap.BAND_ORDER = original_parts, original_order
                 bootstrap.simultaneous_v_factor, bootstrap.SIMULTANEOUS_PENALTY = original_factor, original_penalty
                 bootstrap.LEVERAGE_CORRECTION, bootstrap.LEVERAGE_POINTWISE = original_leverage
+                bootstrap.VARIANCE_WINDOW, bootstrap.UNION_FIT_BAND = original_union
         print(case_name, n, rep, flush=True)
     lines = [f"$ python benchmarks/inference/simultaneous_diagnosis.py --case {case_name} --n {n} --reps {reps} "
              f"--probes {','.join(probes)}",

@@ -55,7 +55,12 @@ inverse-propensity weights are large rests on a handful of units and is
 itself noisy; the bands use Student-t quantiles with its Satterthwaite
 degrees of freedom ν = (Σ u²)² / Σ u⁴ (:func:`satterthwaite_df`), after a
 floor of :data:`SD_FLOOR` × the V-point's largest standard error added in
-quadrature (far from the data no unit carries the variance).
+quadrature (far from the data no unit carries the variance).  The
+simultaneous bands studentise by that variance averaged over a window of
+:data:`VARIANCE_WINDOW` read-out bandwidths around each outcome value
+(:func:`variance_window`): where few units happen to lie near y, the
+estimate and its variance there are low together, and a sup over the grid
+finds such a dip.
 
 A band that holds over the whole grid at once must hold where the
 V-smoothing bias is largest (at the modes, where the law moves with v), and
@@ -163,6 +168,10 @@ SD_FLOOR = 0.1
 #: Width of the window over which the simultaneous bands' variance is averaged across the outcome values, in
 #: read-out bandwidths (:func:`variance_window`); 0 studentises each point by its own variance.
 VARIANCE_WINDOW = 1.0
+#: The fit's own band in the bias-reduced simultaneous band: "joint" (both bands at the pair's joint critical
+#: value, :func:`_union_critical_value`) or "whole" (the fit's band at its own critical value, the refit's at the
+#: joint one: the construction before the variance was averaged, which then covered 0.96-0.99).
+UNION_FIT_BAND = "joint"
 #: What the bands of each ``target`` cover (``Bands.target``).
 BAND_TARGETS = {
     "smoothed": "the kernel-smoothed target E[k(Y^a, y) | V = v] (bias-reduced: iterated Tikhonov, first stage "
@@ -690,7 +699,9 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     (in quadrature) at :data:`SD_FLOOR` × the V-point's largest standard
     error, and the critical values are Student-t quantiles with the
     Satterthwaite degrees of freedom of that variance
-    (:func:`satterthwaite_df`) instead of normal ones; the simultaneous band
+    (:func:`satterthwaite_df`) instead of normal ones; the simultaneous band,
+    studentised by the variance averaged over a window of
+    :data:`VARIANCE_WINDOW` read-out bandwidths (:func:`variance_window`),
     keeps the sup-t bootstrap's joint level and maps it to each point's t.
 
     A band that holds over the whole grid must hold where the smoothing bias
@@ -742,7 +753,11 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
         if narrowed is not None:  # widened by the undersmoothed refit's band at the pair's joint level
             U_s = _unit_mass_contributions(lin_s, lin_mass_s, centre_s[e], mass_s[e], e, res.n)
             refit = _critical_values(U_s, g, level, small_sample, window)
-            half_s = _on_each_point(_union_critical_value(fit.T, refit.T, level), refit.df_joint, True) * refit.scale
+            c_union = _union_critical_value(fit.T, refit.T, level)
+            half_s = _on_each_point(c_union, refit.df_joint, True) * refit.scale
+            if UNION_FIT_BAND == "joint":
+                half = _on_each_point(c_union, fit.df_joint, True) * fit.scale
+                lo_s[e], up_s[e] = estimate[e] - half, estimate[e] + half
             lo_s[e] = np.minimum(lo_s[e], centre_s[e] - half_s)
             up_s[e] = np.maximum(up_s[e], centre_s[e] + half_s)
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
