@@ -760,6 +760,10 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
                 lo_s[e], up_s[e] = estimate[e] - half, estimate[e] + half
             lo_s[e] = np.minimum(lo_s[e], centre_s[e] - half_s)
             up_s[e] = np.maximum(up_s[e], centre_s[e] + half_s)
+    # A band for the whole curve holds each point's band: where one unit's share makes a point's own variance
+    # spike above the window's average, the pointwise band is the wider one there.
+    np.minimum(lo_s, lower, out=lo_s)
+    np.maximum(up_s, upper, out=up_s)
     return Bands(y=y[:, 0], estimate=estimate, lower=lower, upper=upper, lower_simultaneous=lo_s,
                  upper_simultaneous=up_s, se=se, level=float(level), feature=feature,
                  arm=int(arm) if res.design.treatment.binary else res.design.treatment.label(arm),
