@@ -309,3 +309,21 @@ def test_bands_surround_the_curve_they_belong_to(res, feature, target):
     tol = 1e-12
     assert np.all(drawn["lower_simultaneous"] <= curve + tol) and np.all(curve <= drawn["upper_simultaneous"] + tol)
     assert np.all(drawn["lower"] <= curve + tol) and np.all(curve <= drawn["upper"] + tol)
+
+
+def test_variance_window(monkeypatch):
+    """Gaussian weights at VARIANCE_WINDOW read-out bandwidths, rows summing to one; a coarse grid keeps each point."""
+    import ccme.bootstrap as bootstrap
+    from ccme.kernels import Kernel
+
+    y = np.linspace(0.0, 2.0, 5)[:, None]  # steps of 0.5
+    W = bootstrap.variance_window(y, Kernel("gaussian", (0.5,)))
+    np.testing.assert_allclose(W.sum(axis=1), 1.0)
+    raw = np.exp(-0.5 * ((y - y.T) / (bootstrap.VARIANCE_WINDOW * 0.5)) ** 2)
+    np.testing.assert_allclose(W, raw / raw.sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(bootstrap.variance_window(y, Kernel("gaussian", (1e-3,))), np.eye(5), atol=1e-12)
+    # a bivariate outcome: an ignored column (bandwidth inf) adds no distance
+    Y2 = np.column_stack([y[:, 0], [0.0, 5.0, -3.0, 1.0, 9.0]])
+    np.testing.assert_allclose(bootstrap.variance_window(Y2, Kernel("gaussian", (0.5, np.inf))), W)
+    monkeypatch.setattr(bootstrap, "VARIANCE_WINDOW", 0.0)
+    assert bootstrap.variance_window(y, Kernel("gaussian", (0.5,))) is None

@@ -74,15 +74,18 @@ smoother smooths, the more its in-sample residuals understate the noise
 (e_i = (1 − H_ii) ε_i + …), so the refit's bootstrap uses leave-one-out
 residuals e_i / (1 − H_ii)
 (:meth:`~ccme.estimators.base.LinearSecondStage.leverages`,
-:data:`LEVERAGE_CORRECTION`).  The refit's band takes the critical value at
-which the two bands, as a union, have the bootstrap's joint level
-(:func:`_union_critical_value`); the fit's band keeps its own, so the band
-never covers less than the fit's.  Measured (README, "Simultaneous bands
-from an undersmoothed second stage"): each part was needed on the paper's
+:data:`LEVERAGE_CORRECTION`).  Both bands take the critical value at
+which the two, as a union, have the bootstrap's joint level
+(:func:`_union_critical_value`, :data:`UNION_FIT_BAND`), and the union
+holds the pointwise band.  Measured (README, "Simultaneous bands from an
+undersmoothed second stage" and "Simultaneous bands studentised by an
+averaged variance"): each part of the refit was needed on the paper's
 simulation (0.78 without them, 0.91 with); the refit's band alone covered a
 held-out case 0.80 where the fit's covered 0.88; two bands each at the
-level, 0.97–0.98 everywhere; both at the joint value, 0.82 on linear_v1 at
-n = 10000 against the fit's 0.89.  What they still leave
+level, 0.97–0.98 everywhere.  With each point's own variance, both bands at
+the joint value covered 0.82 on linear_v1 at n = 10000, and the fit's band
+kept at its own value made the union conservative (0.94–0.97); with the
+averaged variance both at the joint value cover 0.91–0.94 at n = 2000.  What they still leave
 out, measured (``benchmarks/inference/coverage.py``, README): the propensity
 model's and the fold split's variability (a refit with another split moves the
 estimate by about 0.46 bootstrap standard errors on the paper's simulation at
@@ -150,7 +153,8 @@ from .tuning import ARD_LOG2_RANGE
 __all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_effect", "iterated_tikhonov",
            "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "REFIT_NOTE", "SD_FLOOR",
            "SIMULTANEOUS_PENALTY", "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE",
-           "RESTORE_FACTOR", "RESTORE_NOTE", "dropped_v_groups", "restore_note", "restored_v_bandwidths", "warn_caveat"]
+           "RESTORE_FACTOR", "RESTORE_NOTE", "UNION_FIT_BAND", "VARIANCE_WINDOW", "dropped_v_groups", "restore_note",
+           "restored_v_bandwidths", "variance_window", "warn_caveat"]
 
 STATISTICS = ("mmd", "mean")
 #: Order m of the iterated Tikhonov regularisation of ``bands(target="smoothed")`` (:func:`iterated_tikhonov`).
@@ -712,11 +716,12 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     :data:`SIMULTANEOUS_PENALTY`
     (:meth:`ccme.estimators.base.LinearSecondStage.undersmoothed`), with the
     same iterated Tikhonov order and leave-one-out residuals, whose critical
-    value is the one that gives the two bands as a union the bootstrap's
-    joint level (:func:`_union_critical_value`).  The band never covers less
-    than the fit's own; where the fit's smoothing bias makes that one miss,
-    the refit's band, less biased, widens it.  The pointwise bands keep the
-    fit's bandwidths and penalties.  For the small
+    value, and the fit's band's (:data:`UNION_FIT_BAND`), is the one that
+    gives the two bands as a union the bootstrap's joint level
+    (:func:`_union_critical_value`); where the fit's smoothing bias makes
+    its band miss, the refit's band, less biased, widens it.  The union
+    holds the pointwise band.  The pointwise bands keep the fit's bandwidths
+    and penalties.  For the small
     eigenvalues σ of K_V the filter 1 − (s/(σ + s))^m of order m = 20 at
     s × 2/15 is that of order 150 at s (≈ 150 σ/s), the setting the
     diagnosis measured, at a seventh of the solves.  A second stage without
@@ -890,8 +895,8 @@ def _union_critical_value(T: np.ndarray, T_s: np.ndarray, level: float) -> float
     if either band holds it there, so the statistic is
     sup_y min(T(y), T_s(y)); two bands with this common critical value have
     the bootstrap's joint level as a union, where two bands each at the
-    level would cover more often than the level.  :func:`bands` gives the
-    refit's band this value and keeps the fit's own band whole.
+    level would cover more often than the level.  :func:`bands` gives both
+    bands this value (:data:`UNION_FIT_BAND` = "whole": the refit's only).
     """
     return float(np.quantile(np.minimum(T, T_s).max(axis=1), level))
 
