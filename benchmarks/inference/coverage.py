@@ -80,6 +80,12 @@ held out of every inference choice, ``weak_overlap`` and ``categorical_v``
 categorical V the simultaneous band covers 0.81 at n = 2000 (README: the
 studentised errors are heavy-tailed there; the refit has the fit's centre).
 
+``results/coverage_variance_window.jsonl`` holds the default since 4c237dc,
+the simultaneous bands studentised by the variance averaged over one
+read-out bandwidth with both bands of the union at the joint critical value
+(``--bands-only``, all eight cases, 100 data sets at n = 2000 and 40 at
+n = 10000; README, "Simultaneous bands studentised by an averaged variance").
+
 ``results/coverage_deep_feature.jsonl`` holds the study of Deep Feature's
 bands and intervals (``--method deep_feature``, ecc7d06, hetero_v2 and
 linear_v1 at n = 2000, 100 data sets each): they under-cover (README).
