@@ -84,7 +84,7 @@ studentised errors are heavy-tailed there; the refit has the fit's centre).
 the simultaneous bands studentised by the variance averaged over one
 read-out bandwidth with both bands of the union at the joint critical value
 (``--bands-only``, all eight cases, 100 data sets at n = 2000 and 40 at
-n = 10000; README, "Simultaneous bands studentised by an averaged variance").
+n = 10000, 100 for linear_v1 and categorical_v; README, "Simultaneous bands studentised by an averaged variance").
 
 ``results/coverage_deep_feature.jsonl`` holds the study of Deep Feature's
 bands and intervals (``--method deep_feature``, ecc7d06, hetero_v2 and
