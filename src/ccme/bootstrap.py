@@ -140,6 +140,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ._backend import gram
 from ._backend import max_threads as _backend_threads
 from ._backend import serial_blas
 from .embedding import invert_cdf, normalized_cdf, tail_means
@@ -754,17 +755,19 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
         fit = _critical_values(U, g, level, small_sample, window)
         lower[e], upper[e] = estimate[e] - fit.half_pointwise, estimate[e] + fit.half_pointwise
         se[e], df[e] = fit.sd, fit.df
-        lo_s[e], up_s[e] = estimate[e] - fit.c * fit.scale, estimate[e] + fit.c * fit.scale
+        c_fit, refit_band = fit.sup_quantile, None
         if narrowed is not None:  # widened by the undersmoothed refit's band at the pair's joint level
             U_s = _unit_mass_contributions(lin_s, lin_mass_s, centre_s[e], mass_s[e], e, res.n)
             refit = _critical_values(U_s, g, level, small_sample, window)
             c_union = _union_critical_value(fit.T, refit.T, level)
-            half_s = _on_each_point(c_union, refit.df_joint, True) * refit.scale
+            refit_band = _on_each_point(c_union, refit.df_joint, small_sample) * refit.scale
             if UNION_FIT_BAND == "joint":
-                half = _on_each_point(c_union, fit.df_joint, True) * fit.scale
-                lo_s[e], up_s[e] = estimate[e] - half, estimate[e] + half
-            lo_s[e] = np.minimum(lo_s[e], centre_s[e] - half_s)
-            up_s[e] = np.maximum(up_s[e], centre_s[e] + half_s)
+                c_fit = c_union
+        half = _on_each_point(c_fit, fit.df_joint, small_sample) * fit.scale
+        lo_s[e], up_s[e] = estimate[e] - half, estimate[e] + half
+        if refit_band is not None:
+            lo_s[e] = np.minimum(lo_s[e], centre_s[e] - refit_band)
+            up_s[e] = np.maximum(up_s[e], centre_s[e] + refit_band)
     # A band for the whole curve holds each point's band: where one unit's share makes a point's own variance
     # spike above the window's average, the pointwise band is the wider one there.
     np.minimum(lo_s, lower, out=lo_s)
@@ -802,10 +805,12 @@ class _Critical(NamedTuple):
     """What :func:`_critical_values` gives a band: the pointwise half-width and the simultaneous band's parts.
 
     ``sd`` and ``df`` are the pointwise standard error and its Satterthwaite
-    ν (reported by :class:`Bands`); ``scale`` and ``c`` make the simultaneous
-    half-width c · scale, ``df_joint`` is the ν of ``scale``, and ``T`` holds
-    the studentised draws |Δ*(y)| / scale(y), (n_boot, G), 0 where the scale
-    vanishes (:func:`_union_critical_value` combines two bands' draws).
+    ν (reported by :class:`Bands`); ``T`` holds the studentised draws
+    |Δ*(y)| / scale(y), (n_boot, G), 0 where the scale vanishes, and
+    ``sup_quantile`` the level-quantile of their sup over the grid, a joint
+    critical value on the normal scale that :func:`_on_each_point` maps
+    through each point's t with ``df_joint``, the ν of ``scale``
+    (:func:`_union_critical_value` combines two bands' draws instead).
     """
 
     sd: np.ndarray
@@ -813,7 +818,7 @@ class _Critical(NamedTuple):
     half_pointwise: np.ndarray
     scale: np.ndarray
     df_joint: np.ndarray
-    c: np.ndarray
+    sup_quantile: float
     T: np.ndarray
 
 
@@ -858,8 +863,7 @@ def _critical_values(U: np.ndarray, g: np.ndarray, level: float, small_sample: b
     live = scale > 1e-12 * max(float(scale.max()), 1e-300)
     T = np.zeros(Z.shape)
     T[:, live] = np.abs(Z[:, live]) / scale[live]
-    c_sim = _on_each_point(np.quantile(T.max(axis=1), level), nu_joint, small_sample)
-    return _Critical(sd, nu, c_point, scale, nu_joint, c_sim, T)
+    return _Critical(sd, nu, c_point, scale, nu_joint, float(np.quantile(T.max(axis=1), level)), T)
 
 
 def variance_window(points: np.ndarray, kernel: Kernel) -> np.ndarray | None:
@@ -876,9 +880,7 @@ def variance_window(points: np.ndarray, kernel: Kernel) -> np.ndarray | None:
     """
     if VARIANCE_WINDOW <= 0:
         return None
-    scaled = points / (VARIANCE_WINDOW * kernel.bandwidth_array)  # an ignored column (inf) adds no distance
-    sq = (scaled * scaled).sum(axis=1)
-    W = np.exp(-0.5 * np.maximum(sq[:, None] + sq[None, :] - 2.0 * scaled @ scaled.T, 0.0))
+    W = gram(points, points, "gaussian", VARIANCE_WINDOW * kernel.bandwidth_array)  # inf: a column ignored
     return W / W.sum(axis=1, keepdims=True)
 
 
