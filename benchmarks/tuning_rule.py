@@ -40,7 +40,12 @@ def parse_setting(text: str) -> tuple[str, str, list]:
     if not module or not values:
         raise SystemExit(f"--setting must look like ccme.tuning.NAME=v1,v2; got {text!r}")
     current = getattr(importlib.import_module(module), name)
-    kind = type(current) if isinstance(current, (int, float, str)) and not isinstance(current, bool) else float
+    if isinstance(current, bool):
+        flags = {"true": True, "1": True, "false": False, "0": False}
+        if any(v.lower() not in flags for v in values.split(",")):
+            raise SystemExit(f"{name} is a flag: give True/False (or 1/0); got {values!r}")
+        return module, name, [flags[v.lower()] for v in values.split(",")]
+    kind = type(current) if isinstance(current, (int, float, str)) else float
     return module, name, [kind(v) for v in values.split(",")]
 
 

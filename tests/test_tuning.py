@@ -275,7 +275,7 @@ def test_split_readout_proxy_equals_the_fitted_split_weights_at_full_rank(data, 
                 np.testing.assert_allclose(mass, bins.matrix(atoms[:, 0]) @ c, rtol=0, atol=1e-6 * scale)
 
 
-@pytest.mark.parametrize("criterion", ["split", "ise"])
+@pytest.mark.parametrize("criterion", ["split", "ise", "aise"])
 def test_dr_correction_criteria_choose_the_minimum_of_their_curves(data, monkeypatch, criterion):
     """Each alternative criterion for the correction's penalty (DR_CORRECTION_CRITERION) sets λ₁ at the minimum
     of the curve it reports (summed over the arms, which share λ₁); the plug-in part keeps its own λ₁ᵖ."""
@@ -283,13 +283,75 @@ def test_dr_correction_criteria_choose_the_minimum_of_their_curves(data, monkeyp
 
     monkeypatch.setattr(tuning, "DR_CORRECTION_CRITERION", criterion)
     res = ccme.fit(F, data, seed=3, propensity="forest")
-    name = "LOO (RKHS), all arms" if criterion == "split" else "weighted ISE-CV (split proxy, best y bandwidth)"
+    name = {"split": "LOO (RKHS), all arms", "ise": "weighted ISE-CV (split proxy, best y bandwidth)",
+            "aise": "augmented ISE-CV (split proxy, best y bandwidth)"}[criterion]
     curves = [c for c in res.tuning.curves if c.parameter == "lam1" and c.criterion_name == name]
     assert len(curves) == (1 if criterion == "split" else 2)
     best = curves[0].values[int(np.argmin(sum(c.criterion for c in curves)))]
     assert res.penalties["lam1"] == {1: pytest.approx(best), 0: pytest.approx(best)}
     assert all(c.chosen == pytest.approx(best) for c in curves)
     assert res.penalties["lam1_plugin"][1] != res.penalties["lam1"][1]
+
+
+def test_dr_correction_by_arm_chooses_each_arms_minimum(data, monkeypatch):
+    """DR_CORRECTION_BY_ARM: each arm's correction penalty at the minimum of its own ISE-CV curve."""
+    from ccme import tuning
+
+    monkeypatch.setattr(tuning, "DR_CORRECTION_CRITERION", "aise")
+    monkeypatch.setattr(tuning, "DR_CORRECTION_BY_ARM", True)
+    res = ccme.fit(F, data, seed=3, propensity="forest")
+    curves = {c.arm: c for c in res.tuning.curves if c.parameter == "lam1" and c.criterion_name.startswith("augmented")}
+    for arm, curve in curves.items():
+        assert res.penalties["lam1"][arm] == pytest.approx(curve.values[int(np.argmin(curve.criterion))])
+
+
+def test_binned_convolution_is_the_kernel_matrix_product():
+    """The FFT convolution on the bins' regular grid equals the dense product with the read-out kernel's matrix."""
+    from ccme.kernels import Kernel
+    from ccme.tuning import _Bins, _binned_convolution
+
+    rng = np.random.default_rng(4)
+    bins = _Bins(rng.normal(size=200), 0.1)
+    mass = rng.normal(size=(bins.count, 5))
+    for name, factor in (("gaussian", 0.5), ("gaussian", 2.0), ("laplace", 1.0)):
+        kernel = Kernel(name, (0.3,))
+        K = _twins.gram(bins.centers, bins.centers, name, kernel.bandwidth_array * factor, normalized=True)
+        out, at_zero = _binned_convolution(bins, mass, kernel, factor)
+        np.testing.assert_allclose(out, K @ mass, rtol=0, atol=1e-12 * np.abs(K @ mass).max())
+        assert at_zero == pytest.approx(K[0, 0])
+
+
+def test_target_outcome_model_is_kernel_ridge_at_full_rank(data, monkeypatch):
+    """The augmentation's outcome regression (:func:`ccme.tuning._target_outcome_model`), at full Nyström rank, is
+    the kernel ridge regression of the fold's target units of the arm: its binned weights at the held units are
+    binned (K + mλ₀I)⁻¹k(X, X_held), and W_jᵀ G U_j is Σ_i d_i(X_j) ω_i φ(V_i)ᵀU_j for any U."""
+    from ccme import tuning
+    from ccme.propensity import clip_scores
+    from ccme.pseudo import pseudo_outcome
+
+    monkeypatch.setattr(tuning, "NYSTROM_RANK", 10_000)
+    monkeypatch.setattr(tuning, "_NYSTROM_TOL", 1e-10)
+    res = ccme.fit(F, data, seed=3, tune="none", lam0=0.02, lam1=0.05)
+    design, fold, arm, lam0 = res.design, res.folds[0], 1, 0.02
+    scores = clip_scores(res.propensity_scores, res.clip)
+    pseudo = pseudo_outcome("dr", arm, A=design.A, target=fold.target, scores_target=scores[fold.target])
+    bins = tuning._Bins(design.Y[:, 0], 0.05)
+    chosen = fold.nuisance[::9]
+    phi = tuning._nystrom_map(design.V[pseudo.rows], res.kernels["v"], 1e-3, np.random.default_rng(0))
+    binned, W, G = tuning._target_outcome_model(design, design.X, fold, 0, arm, pseudo, phi, res.kernels["x"],
+                                                lam0, bins, chosen, seed=0)
+    units = pseudo.rows[design.A[pseudo.rows] == arm]
+    omega = pseudo.a[design.A[pseudo.rows] == arm]
+    bw = res.kernels["x"].bandwidth_array
+    K = _twins.gram(design.X[units], design.X[units], res.kernels["x"].name, bw)
+    d = np.linalg.solve(K + len(units) * lam0 * np.eye(len(units)),
+                        _twins.gram(design.X[units], design.X[chosen], res.kernels["x"].name, bw))
+    expected = bins.matrix(design.Y[units, 0]) @ d
+    np.testing.assert_allclose(binned, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
+    U = np.random.default_rng(1).normal(size=(phi.rank, len(chosen)))
+    features = phi.features(design.V[units])
+    direct = np.einsum("ij,i,ij->j", d, omega, features @ U)
+    np.testing.assert_allclose(np.einsum("rj,rj->j", W, G @ U), direct, rtol=0, atol=1e-6 * np.abs(direct).max())
 
 
 def test_split_loo_is_the_brute_force_leave_one_out_of_the_split_second_stage():

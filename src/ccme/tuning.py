@@ -463,8 +463,18 @@ DR_PENALTIES_BY_ARM = False
 #: ``--split choose --seeds 1,2,3 --eval-points 150``, ``results/dr_correction_{criterion,ise}_choose.txt``):
 #: "split" 1.318, worse on all 14 case-arms (it picks a larger λ₁ where the criterion in the outcome kernel's
 #: RKHS is flat, irrelevant_x50 2.4 / 1.6); "ise" 1.027, 6 better and 6 worse (nhefs_sex 1.17 / 1.37), 19% more
-#: fit time.  So the whole pseudo-outcome's criterion stays.
+#: fit time.  "aise", the augmented (doubly robust) ISE-CV of :func:`_readout_proxy` (the inverse-propensity
+#: weights on a residual only, against an outcome regression fitted on the fold's target units), was meant to take
+#: the weights' noise out of "ise": it did not (``--setting ccme.tuning.DR_CORRECTION_CRITERION=whole,aise,ise``,
+#: ``results/dr_correction_aise_choose.txt``): 1.034, 7 better and 5 worse (nhefs_sex 1.17 / 1.27, weak_overlap's
+#: control arm 1.24, mixed_v's treated arm 1.22), 68% more fit time.  So the whole pseudo-outcome's criterion stays.
 DR_CORRECTION_CRITERION = "whole"
+#: Whether DR_CORRECTION_CRITERION "ise" / "aise" chooses the correction's penalty per arm, on its own arm's
+#: criterion, instead of one factor for all arms on their summed criteria.  With "aise" on the "choose" split
+#: (``results/dr_correction_aise_by_arm_choose.txt``) per arm is 0.982 of the shared choice, but still 1.016 of
+#: "whole" (9 case-arms better, 4 worse: weak_overlap's control arm 1.31, mixed_v's treated arm 1.19, nhefs_sex
+#: 1.16 / 1.12).
+DR_CORRECTION_BY_ARM = False
 #: The factors of the leave-one-out λ₁ among which DR_CORRECTION_CRITERION "ise" chooses.
 DR_CORRECTION_FACTORS = (0.01, 0.0316, 0.1, 0.316, 1.0, 3.16, 10.0, 31.6, 100.0)
 #: Rank (number of Nyström centres) at most of the kernel approximations beyond the penalty subsamples: the first
@@ -928,15 +938,16 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         choose_plugin_penalty()
     if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
-        ise = plugin and "lam1" in grids and DR_CORRECTION_CRITERION == "ise"
+        ise = plugin and "lam1" in grids and DR_CORRECTION_CRITERION in ("ise", "aise")
         chosen, curves, prepared["lam1"] = _readout_proxy(
             mode=mode, design=design, Xo=Xo, folds=folds, scores=scores, kernels=prepared["kernels"],
             lam0=prepared["lam0"], lam1=prepared["lam1"], factors=grids["y_bandwidth"], seed=seed,
             n_threads=n_threads, weighted=mode != "onestep", lam1_plugin=prepared.get("lam1_plugin"),
-            lam1_factors=DR_CORRECTION_FACTORS if ise else None)
+            lam1_factors=DR_CORRECTION_FACTORS if ise else None, augmented=ise and DR_CORRECTION_CRITERION == "aise")
         if ise:
             report.chosen["lam1"] = dict(prepared["lam1"])
-            report.notes.append("the correction's penalty: weighted ISE-CV of the split second stage's proxy")
+            report.notes.append(f"the correction's penalty: {'augmented' if DR_CORRECTION_CRITERION == 'aise' else 'weighted'} "
+                                "ISE-CV of the split second stage's proxy")
         report.pending_readout = (chosen, curves)
         report.notes.append(f"y bandwidth: weighted ISE-CV on the fit's Nystrom proxy (rank at most {NYSTROM_RANK}), "
                             f"{time.perf_counter() - readout_started:.2f} s")
@@ -1491,7 +1502,7 @@ class _Bins:
 
 
 def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, held: dict, bins: _Bins,
-                seed: int, lam1_plugin: dict | None = None, lam1_factors=(1.0,)) -> dict:
+                seed: int, lam1_plugin: dict | None = None, lam1_factors=(1.0,), augment: bool = False) -> dict:
     """Binned embedding weights at V of each arm's ``held`` units of one fold, and each unit's own-atom weight.
 
     The fold-arm's estimator (eq. emp_density) with both kernel ridge
@@ -1515,10 +1526,20 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
     the correction's penalty at each λ₁ × factor (the centres then cover the
     smallest penalty used).
 
+    With ``augment`` (:data:`DR_CORRECTION_CRITERION` "aise"), each arm also
+    gets an outcome regression independent of the held units for the
+    augmentation of :func:`_readout_proxy`: the arm's first stage refitted
+    (Nyström, same kernel and λ₀) on the fold's *target* units of the arm,
+    whose weights d(X_j) at the held units are binned, and, for each factor,
+    Σ_i d_i(X_j) c_i(V_j) over those units, c_i(V_j) = ω_i βᵢ(V_j) being
+    atom i's weight in the estimate at V_j (the target units' outcomes are
+    atoms of both): the self-evaluation the augmentation leaves out.
+
     Returns
     -------
     dict
-        arm → [(mass (bins, n_held), own (n_held,)) for each factor of ``lam1_factors``].
+        arm → [(mass (bins, n_held), own (n_held,)) for each factor of ``lam1_factors``]; with ``augment``,
+        arm → (that list, binned d (bins, n_held), [Σ_i d_i c_i (n_held,) for each factor]).
     """
     import scipy.linalg
 
@@ -1597,7 +1618,9 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
                 pull = two_sided(p.L, C[arm] - Cp[arm] if arm in Cp else C[arm], phi.L)
                 plugin_part = two_sided(p.L, Cp[arm], phi.L) @ solved(split[arm]) if arm in Cp else 0.0
                 first_stage = (N, tri(p.L, B0.T).T, held_x, pull, plugin_part)
-            pairs = []
+            outcome_model = _target_outcome_model(design, Xo, fold, k, arm, pseudo[arm], phi, kernels["x"],
+                                                  lam0[arm], bins, chosen, seed) if augment else None
+            pairs, selves = [], []
             for factor in lam1_factors:
                 U = solved(lams[arm] * factor)
                 mass = correction @ U
@@ -1608,12 +1631,47 @@ def _proxy_fold(*, mode, design, Xo, fold, k: int, scores, kernels, lam0, lam1, 
                     mass += binned0 @ T
                     own = np.einsum("rj,rj->j", held_x, T)
                 pairs.append((mass, own))
-            out[arm] = pairs
+                if outcome_model is not None:
+                    selves.append(np.einsum("rj,rj->j", outcome_model[1], outcome_model[2] @ U))
+            out[arm] = (pairs, outcome_model[0], selves) if augment else pairs
     return out
 
 
+def _target_outcome_model(design, Xo, fold, k: int, arm: int, pseudo, phi: _Nystrom, x_kernel: Kernel, lam0: float,
+                          bins: _Bins, chosen: np.ndarray, seed: int):
+    """The augmentation's outcome regression of :func:`_proxy_fold`, fitted on the fold's target units of ``arm``.
+
+    A Nyström kernel ridge regression of φ(Y) on X (the first stage's kernel
+    and λ₀) over those units, with features Ψ.  Returns (binned weights d at
+    the held units (bins, n_held), W = (ΨᵀΨ + mλ₀I)⁻¹ψ(X_held) (r₀, n_held),
+    G = Σ_i ω_i ψ(X_i) φ(V_i)ᵀ (r₀, r)): the weight that atom i carries in
+    both the regression and the second stage's estimate at held unit j,
+    summed over i, is then W_jᵀ G U_j for the second stage's solve U.
+    """
+    import scipy.linalg
+
+    A, Y, V = design.A, design.Y, design.V
+    in_arm = A[pseudo.rows] == arm
+    rows, omega = pseudo.rows[in_arm], pseudo.a[in_arm]
+    X1 = np.ascontiguousarray(Xo[rows])
+    psi = _nystrom_map(X1, x_kernel, len(rows) * lam0, _units_rng(seed, 8, k, arm), 1)
+    gram = np.zeros((psi.rank, psi.rank))
+    binned = np.zeros((bins.count, psi.rank))
+    G = np.zeros((psi.rank, phi.rank))
+    for s in range(0, len(rows), _BLOCK_ROWS):
+        block = slice(s, s + _BLOCK_ROWS)
+        Psi = psi.features(X1[block], 1)
+        gram += Psi.T @ Psi
+        binned += bins.matrix(Y[rows[block], 0]) @ Psi
+        G += Psi.T @ (omega[block, None] * phi.features(np.ascontiguousarray(V[rows[block]]), 1))
+    gram[np.diag_indices_from(gram)] += len(rows) * lam0
+    W = scipy.linalg.solve(gram, psi.features(np.ascontiguousarray(Xo[chosen]), 1).T, assume_a="pos",
+                           check_finite=False)
+    return binned @ W, W, G
+
+
 def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, factors, seed: int, n_threads: int,
-                   weighted: bool, lam1_plugin: dict | None = None, lam1_factors=None):
+                   weighted: bool, lam1_plugin: dict | None = None, lam1_factors=None, augmented: bool = False):
     """Each arm's read-out bandwidth σ_y by the weighted ISE-CV of :func:`tune_outcome_bandwidth`, on a proxy.
 
     The criterion is the same sum over at most 300 held-out units per fold and
@@ -1630,6 +1688,17 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     correction's penalty is chosen with σ_y: the factor of λ₁ whose best σ_y
     gives the lowest criterion summed over the arms.  Returns
     ({arm: Kernel}, curves, {arm: λ₁}), the last ``lam1`` itself without a search.
+
+    With ``augmented`` (:data:`DR_CORRECTION_CRITERION` "aise"), the
+    criterion is the augmented (doubly robust) estimate of the integrated
+    squared error's data-dependent part, E ∫p̂(y | V)² dy − 2 E p̂(Y^a | V):
+    the first term averaged over held units of every arm, unweighted (it is a
+    function of V alone), and the second, per held unit j,
+    m_j + 1{A_j = a}/π̂_a(X_j) (p̂(Y_j | V_j) − m_j), where
+    m_j = Σ_i d_i(X_j) p̂(Y_i | V_j) is the estimate read at the atoms of an
+    outcome regression fitted on the fold's target units (independent of j),
+    less the atoms' own shares and unit j's own atom (:func:`_proxy_fold`).
+    The inverse-propensity weights then touch only a residual.
     """
     Y, A = design.Y, design.A
     search = lam1_factors is not None
@@ -1642,7 +1711,13 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     grid = outcome_grid(Y, widest, size=_ISE_GRID)
     bins = _Bins(Y[:, 0], float(base.bandwidth_array[0] * factors.min()))
     held = {}
-    for arm in design.arms:
+    if augmented:
+        for k, fold in enumerate(folds):
+            units = (fold.nuisance.size, np.sort(rng.choice(fold.nuisance, size=min(len(design.arms) * _ISE_UNITS,
+                                                                                    fold.nuisance.size),
+                                                            replace=False)))
+            held.update({(k, arm): units for arm in design.arms if np.any(A[fold.nuisance] == arm)})
+    for arm in design.arms if not augmented else ():
         for k, fold in enumerate(folds):
             rows0 = fold.nuisance[A[fold.nuisance] == arm]
             if rows0.size:
@@ -1654,7 +1729,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                            lam0=lam0, lam1=lam1,
                            held={arm: held[(k, arm)][1] for arm in design.arms if (k, arm) in held},
                            bins=bins, seed=seed, lam1_plugin=lam1_plugin if search else None,
-                           lam1_factors=lam1_factors)
+                           lam1_factors=lam1_factors, augment=augmented)
 
     with threadpool_limits(limits=1, user_api="blas"):
         fitted = {(k, arm): value for k, per_arm in enumerate(_parallel(masses, list(range(len(folds))), n_threads))
@@ -1668,8 +1743,10 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                 if (k, arm) not in held:
                     continue
                 size, chosen = held[(k, arm)]
-                pairs = fitted[(k, arm)]
-                omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
+                pairs, binned_d, selves = fitted[(k, arm)] if augmented else (fitted[(k, arm)], None, None)
+                in_arm = A[chosen] == arm
+                omega = np.divide(1.0, scores[chosen, arm], out=np.zeros(len(chosen)), where=in_arm) \
+                    if weighted else np.ones(len(chosen))
                 scale = size / chosen.size / len(fold.nuisance) / len(folds)
                 left, w = bins.locate(Y[chosen, 0])
                 cols = np.arange(len(chosen))
@@ -1678,25 +1755,51 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                                         normalized=True, n_threads=n_threads)
                     # The unit's own outcome (an atom of μ̂₀) left out of its evaluation, as its binned share.
                     own_share = (1.0 - w) * k_y[left, cols] + w * k_y[left + 1, cols]
+                    if augmented:
+                        at_atoms, at_zero = _binned_convolution(bins, binned_d, base, f)
+                        at_own = (1.0 - w) * at_atoms[left, cols] + w * at_atoms[left + 1, cols]
                     for j, (mass, own) in enumerate(pairs):
                         on_grid = mass.T @ on_grid_kernels[i]
                         square = np.trapezoid(on_grid**2, grid, axis=1)
+                        own = np.where(in_arm, own, 0.0)      # only the arm's units are atoms of its μ̂₀
                         at_y = np.einsum("bj,bj->j", mass, k_y) - own * own_share
-                        total[j, i] += scale * np.sum(omega * (square - 2.0 * at_y))
+                        if augmented:
+                            # m_j = Σ_i d_i(X_j) p̂(Y_i | V_j), without the atoms' own shares nor unit j's atom.
+                            m = np.einsum("bj,bj->j", mass, at_atoms) - at_zero * selves[j] - own * at_own
+                            total[j, i] += scale * np.sum(square - 2.0 * (m + omega * (at_y - m)))
+                        else:
+                            total[j, i] += scale * np.sum(omega * (square - 2.0 * at_y))
             totals[arm] = total
         # One correction penalty for the arms (as λ₁ is shared): the factor whose arms' best σ_y sum lowest.
         j = _best(sum(totals[arm].min(axis=1) for arm in design.arms)) if search else 0
+        j = {arm: _best(totals[arm].min(axis=1)) if search and DR_CORRECTION_BY_ARM else j for arm in design.arms}
         out, curves = {}, []
         for arm in design.arms:
-            out[arm], curve = _chosen_y_bandwidth(base, factors, totals[arm][j], arm)
+            out[arm], curve = _chosen_y_bandwidth(base, factors, totals[arm][j[arm]], arm)
             curves.append(curve)
     if not search:
         return out, curves, lam1
-    picked = {arm: lam1[arm] * lam1_factors[j] for arm in design.arms}
+    picked = {arm: lam1[arm] * lam1_factors[j[arm]] for arm in design.arms}
+    name = "augmented" if augmented else "weighted"
     curves += [TuningCurve("lam1", np.array([lam1[arm] * f for f in lam1_factors]), totals[arm].min(axis=1),
-                           "weighted ISE-CV (split proxy, best y bandwidth)", picked[arm], arm, None)
+                           f"{name} ISE-CV (split proxy, best y bandwidth)", picked[arm], arm, None)
                for arm in design.arms]
     return out, curves, picked
+
+
+def _binned_convolution(bins: _Bins, mass: np.ndarray, base: Kernel, factor: float):
+    """Σ_b' k(g_b, g_b') mass[b', j] on the regular grid of ``bins`` (an FFT convolution), and k(0).
+
+    The read-out kernel (normalised as a density, bandwidth ``base`` × ``factor``)
+    is stationary, so its matrix over the grid is Toeplitz.
+    """
+    import scipy.signal
+
+    column = _backend.gram(bins.centers, bins.centers[:1], base.name, base.bandwidth_array * factor,
+                           normalized=True, n_threads=1)[:, 0]
+    symmetric = np.concatenate([column[:0:-1], column])
+    full = scipy.signal.fftconvolve(mass, symmetric[:, None], axes=0)
+    return full[bins.count - 1:2 * bins.count - 1], float(column[0])
 
 
 # ---------------------------------------------------------------------------
