@@ -102,7 +102,8 @@ def test_results_parameters_and_embeddings_are_immutable(res):
 def test_tidy_tables_use_the_usual_columns(res):
     assert list(res.tidy().columns) == ["profile", "arm", "outcome", "term", "estimate"]
     eff = res.effect(q=[0.5], y=[0.0, 3.0], n_boot=49)
-    assert list(eff.columns) == ["profile", "term", "outcome", "at", "estimate", "std_error", "conf_low", "conf_high"]
+    assert list(eff.columns) == ["profile", "term", "outcome", "at", "estimate", "std_error", "df", "conf_low",
+                                 "conf_high"]
     assert set(eff.term) == {"mean_diff", "qte", "cdf_diff", "mmd", "kolmogorov", "wasserstein", "es_lower", "es_upper"}
     assert eff.loc[eff.term == "qte", "at"].eq(0.5).all()
     assert sorted(eff.loc[eff.term == "cdf_diff", "at"].unique()) == [0.0, 3.0]

@@ -155,7 +155,8 @@ __all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_ef
            "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "REFIT_NOTE", "SD_FLOOR",
            "SIMULTANEOUS_PENALTY", "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE",
            "RESTORE_FACTOR", "RESTORE_NOTE", "UNION_FIT_BAND", "VARIANCE_WINDOW", "dropped_v_groups", "restore_note",
-           "restored_v_bandwidths", "variance_window", "warn_caveat"]
+           "restored_v_bandwidths", "variance_window", "warn_caveat", "EFFECT_SMALL_SAMPLE", "SMALL_SAMPLE_EFFECTS",
+           "Interval", "effect_intervals", "satterthwaite_df", "unit_contributions"]
 
 STATISTICS = ("mmd", "mean")
 #: Order m of the iterated Tikhonov regularisation of ``bands(target="smoothed")`` (:func:`iterated_tikhonov`).
@@ -662,16 +663,20 @@ class Bands:
         })
 
 
-def unit_contributions(terms: list, e: int, n: int) -> np.ndarray:
+def unit_contributions(terms: list, e: int, n: int, start: int = 0, stop: int | None = None) -> np.ndarray:
     """u_i(y) = Σ_terms β_i(v_e) R_i(y): each unit's whole share of the bootstrap's Δ*(v_e, y) = Σ_i g_i u_i(y).
 
     A unit can enter several terms (the second stage of its fold, the first
     stage of another) with one multiplier, so its contributions add before
-    they are squared.  Returns (n, n_features); units in no term have zeros.
+    they are squared.  Returns (stop − start, n_features) for the units
+    start ≤ i < stop (default all n); units in no term have zeros.
     """
-    U = np.zeros((n, terms[0].R.shape[1]))
+    stop = n if stop is None else stop
+    U = np.zeros((stop - start, terms[0].R.shape[1]))
     for term in terms:
-        U[term.units] += term.beta[:, e : e + 1] * term.R  # units are distinct within a term
+        inside = (term.units >= start) & (term.units < stop)
+        # units are distinct within a term
+        U[term.units[inside] - start] += term.beta[inside, e : e + 1] * term.R[inside]
     return U
 
 
@@ -1100,29 +1105,89 @@ def qte_bands(res, V: np.ndarray, q: np.ndarray, grid: np.ndarray, *, level: flo
 #: Points of the grid on which the bootstrap draws of the CDF-based effects (QTEs, Kolmogorov,
 #: Wasserstein) are computed: their deviations from the estimate on the same grid set the interval.
 EFFECT_GRID = 401
+#: Whether the effect intervals (``target="smoothed"``) take the bands' small-sample critical values: the
+#: bootstrap's half-width times t_ν(p) / z(p), p = (1 + level)/2, with ν the Satterthwaite degrees of freedom
+#: (:func:`satterthwaite_df`) of the effect's bootstrap variance Σ_i u_i², u_i each unit's influence on the effect
+#: (:func:`_effect_influence`).  Where inverse-propensity weights are large or the law at v rests on few units,
+#: ν is small (5–10 at the weak_overlap case's V-points that under-covered, 0.80 and 0.82; 40–160 at most
+#: others) and the normal quantile too short.  False: the bootstrap's quantile as it is.  Where no unit moves an
+#: effect to first order (a normalised CDF flat at 0 or 1), ν is infinite and the quantile the bootstrap's.
+EFFECT_SMALL_SAMPLE = True
+#: The effects that take them: the smooth functionals, whose draws are to first order Σ_i g_i u_i.  The distances
+#: (MMD, Kolmogorov, Wasserstein) are norms, not linear near their floor of 0 where the delta method fails (their
+#: intervals' coverage, README), and keep the bootstrap's quantile.
+SMALL_SAMPLE_EFFECTS = ("mean_diff", "qte", "cdf_diff", "es_lower", "es_upper")
+#: Units per block of the effects' influence computation (memory O(block × EFFECT_GRID) per arm).
+_INFLUENCE_BLOCK = 4096
+#: Step of the effects' numerical derivative along a unit's contribution (:func:`_effect_influence`).
+_INFLUENCE_STEP = 1e-4
 
 
 @dataclass(frozen=True)
 class Interval:
-    """Bootstrap standard errors and a symmetric ``level`` interval per V-point (arrays of shape (n_v,))."""
+    """Bootstrap standard errors, degrees of freedom and a symmetric ``level`` interval per V-point ((n_v,) arrays).
+
+    ``df`` is the Satterthwaite ν of the critical value (inf: the bootstrap's own quantile, normal in effect).
+    """
 
     std_error: np.ndarray
     conf_low: np.ndarray
     conf_high: np.ndarray
+    df: np.ndarray | None = None
 
 
-def _interval(estimate, estimate_star_grid, star, level, floor=None) -> Interval:
+def _interval(estimate, estimate_star_grid, star, level, floor=None, df=None) -> Interval:
     """estimate ± the ``level`` quantile of |T* − T| (basic symmetric interval), per V-point.
 
     ``estimate_star_grid`` is the statistic computed the way the draws ``star``
     (shape (n_v, n_boot)) are, so the deviations do not mix two quadratures.
+    With ``df`` (ν per V-point) the half-width is scaled by t_ν(p) / z(p),
+    p = (1 + level)/2: the small-sample critical value of :data:`EFFECT_SMALL_SAMPLE`.
     """
     dev = star - estimate_star_grid[:, None]
     half = np.quantile(np.abs(dev), level, axis=1)
+    if df is not None:
+        p = 0.5 + level / 2
+        half = half * stats.t.ppf(p, df) / stats.norm.ppf(p)
     low = estimate - half
     if floor is not None:
         low = np.maximum(low, floor)
-    return Interval(std_error=star.std(axis=1), conf_low=low, conf_high=estimate + half)
+    return Interval(std_error=star.std(axis=1), conf_low=low, conf_high=estimate + half,
+                    df=np.full(len(estimate), np.inf) if df is None else np.asarray(df, dtype=np.float64))
+
+
+def _effect_influence(summaries, centre: dict, pieces: list, e: int, n: int) -> dict:
+    """Σ_i u_i² and Σ_i u_i⁴ of each effect at V-point e, u_i unit i's influence on it.
+
+    ``pieces``: (name, {arm: terms} or (terms₁, terms₀) for a difference, the
+    raw estimates at e) for each input of ``summaries``.  The influence is the
+    derivative of the same map the draws go through along the unit's whole
+    contribution r_i to every raw input (:func:`unit_contributions`, both arms
+    at once, as one multiplier moves both), u_i = (S(raw + εr_i) − S(raw))/ε
+    with ε = :data:`_INFLUENCE_STEP`: the delta method, the unit's share of
+    the draws Δ* ≈ Σ_i g_i u_i, for the ratios and inversions the effects are.
+    (A whole step, ε = 1, would add the ratios' curvature at the units that
+    weigh most, those Σu⁴ rests on.)  Returns term → (Σu², Σu⁴), each (k,).
+    """
+    sums = {}
+    for start in range(0, n, _INFLUENCE_BLOCK):
+        stop = min(n, start + _INFLUENCE_BLOCK)
+        args = []
+        for kind, terms, raw in pieces:
+            if terms is None:
+                args.append(None)
+            elif kind == "difference":
+                args.append(raw + _INFLUENCE_STEP * (unit_contributions(terms[0], e, n, start, stop)
+                                                     - unit_contributions(terms[1], e, n, start, stop)))
+            else:
+                args.append({arm: raw[arm] + _INFLUENCE_STEP * unit_contributions(terms[arm], e, n, start, stop)
+                             for arm in (1, 0)})
+        for term, value in summaries(*args).items():
+            u = (value - centre[term][e]) / _INFLUENCE_STEP
+            u2 = np.nansum(u * u, axis=0)
+            s2, s4 = sums.get(term, (0.0, 0.0))
+            sums[term] = (s2 + u2, s4 + np.nansum((u * u) ** 2, axis=0))
+    return sums
 
 
 @serial_blas
@@ -1224,7 +1289,21 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     centre = summaries(raw_m, raw_g if one_dim else None, raw_c if one_dim else None,
                        diff_t if one_dim and with_mmd else None)
     stars = {term: np.empty((len(V), value.shape[1], n_boot)) for term, value in centre.items()}
+    small_sample = EFFECT_SMALL_SAMPLE and target == "smoothed"
+    nu = {term: np.full((len(V), value.shape[1]), np.inf) for term, value in centre.items()}
     for e in range(len(V)):
+        if small_sample:
+            # summaries' four inputs: moments, CDF on the grid, CDF at the points, the MMD's difference
+            pieces = [("arms", lin_m, {arm: raw_m[arm][e] for arm in (1, 0)})]
+            if one_dim:
+                pieces.append(("arms", lin_g, {arm: raw_g[arm][e] for arm in (1, 0)}))
+                pieces.append(("arms", lin_c, {arm: raw_c[arm][e] for arm in (1, 0)}))
+                pieces.append(("difference", (lin_t[1], lin_t[0]), diff_t[e]) if with_mmd else (None, None, None))
+            else:
+                pieces += [(None, None, None)] * 3
+            for term, (s2, s4) in _effect_influence(summaries, centre, pieces, e, res.n).items():
+                if term in SMALL_SAMPLE_EFFECTS:
+                    nu[term][e] = satterthwaite_df(s2, s4)
         zm = {arm: raw_m[arm][e] + sum(p.perturb(g, e) for p in lin_m[arm]) for arm in (1, 0)}
         zg = zc = zt = None
         if one_dim:
@@ -1240,12 +1319,13 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
         if term not in centre:
             # The MMD's draws need the one-dimensional quadrature of a Gaussian outcome kernel.
             nan = np.full(len(V), np.nan)
-            out[term] = [Interval(nan, nan, nan) for _ in range(estimate.shape[1])]
+            out[term] = [Interval(nan, nan, nan, nan) for _ in range(estimate.shape[1])]
             continue
         floor = 0.0 if term in ("mmd", "kolmogorov", "wasserstein") else None
         # Bias-reduced: centred on the bias-reduced effect (computed as the draws are); plain: on the estimate.
         middle = centre[term] if target == "smoothed" else estimate
-        out[term] = [_interval(middle[:, j], centre[term][:, j], stars[term][:, j], level, floor)
+        out[term] = [_interval(middle[:, j], centre[term][:, j], stars[term][:, j], level, floor,
+                               nu[term][:, j] if small_sample and term in SMALL_SAMPLE_EFFECTS else None)
                      for j in range(estimate.shape[1])]
     return out
 

@@ -103,8 +103,8 @@ def effect_frame(res, V: np.ndarray, index, estimates: dict, *, q, y_points, alp
     Columns ``profile``, ``term``, ``outcome``, ``at`` (the quantile level of a
     QTE, the outcome value of a CDF difference, NaN otherwise) and
     ``estimate`` (``at`` is α for the expected shortfalls); with ``intervals`` (term → list of
-    :class:`ccme.bootstrap.Interval`) also ``std_error``, ``conf_low`` and
-    ``conf_high``.
+    :class:`ccme.bootstrap.Interval`) also ``std_error``, ``df`` (the degrees of
+    freedom of the critical value; inf: normal), ``conf_low`` and ``conf_high``.
     """
     names = list(res.design.y_names)
     at = {"qte": list(q), "cdf_diff": list(y_points), "es_lower": list(alpha), "es_upper": list(alpha)}
@@ -120,9 +120,10 @@ def effect_frame(res, V: np.ndarray, index, estimates: dict, *, q, y_points, alp
                 }
                 if intervals is not None:
                     iv = intervals[term][j]
-                    row.update(std_error=iv.std_error[i], conf_low=iv.conf_low[i], conf_high=iv.conf_high[i])
+                    row.update(std_error=iv.std_error[i], df=iv.df[i], conf_low=iv.conf_low[i],
+                               conf_high=iv.conf_high[i])
                 rows.append(row)
     columns = ["profile", "term", "outcome", "at", "estimate"]
     if intervals is not None:
-        columns += ["std_error", "conf_low", "conf_high"]
+        columns += ["std_error", "df", "conf_low", "conf_high"]
     return pd.DataFrame(rows, columns=columns)

@@ -996,8 +996,9 @@ class CCMEResult:
         DataFrame
             Columns ``profile``, ``term``, ``outcome``, ``at`` (q of a QTE, y of a
             CDF difference, α of an expected shortfall, NaN otherwise), ``estimate``, and with intervals
-            ``std_error``, ``conf_low``, ``conf_high``; ``attrs`` records the
-            interval method, level and draws.  A treatment with k ≥ 3 levels
+            ``std_error``, ``df`` (Satterthwaite degrees of freedom of the
+            small-sample critical value; inf for normal ones), ``conf_low``,
+            ``conf_high``; ``attrs`` records the interval method, level and draws.  A treatment with k ≥ 3 levels
             adds a first column ``contrast``.
 
         Raises
@@ -1015,10 +1016,11 @@ class CCMEResult:
         >>> table = res.effect(q=[0.5], n_boot=99)
         >>> sorted(set(table["term"]))
         ['cdf_diff', 'es_lower', 'es_upper', 'kolmogorov', 'mean_diff', 'mmd', 'qte', 'wasserstein']
-        >>> list(table.columns[-3:])
-        ['std_error', 'conf_low', 'conf_high']
+        >>> list(table.columns[-4:])
+        ['std_error', 'df', 'conf_low', 'conf_high']
         """
-        from .bootstrap import BAND_ORDER, check_target, effect_intervals, restore_note, restored_v_bandwidths
+        from .bootstrap import (BAND_ORDER, EFFECT_SMALL_SAMPLE, check_target, effect_intervals, restore_note,
+                                restored_v_bandwidths)
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         check_target(target)  # before any work
@@ -1067,6 +1069,7 @@ class CCMEResult:
         if intervals:
             method = "multiplier bootstrap, symmetric basic" + (
                 f", bias-reduced (iterated Tikhonov, order {BAND_ORDER}{restore_note(self, restored_v_bandwidths(self))})"
+                + (", Student-t critical values with Satterthwaite df" if EFFECT_SMALL_SAMPLE else "")
                 if target == "smoothed" else "")
         table.attrs.update(interval=method, target=target if intervals else None,
                            level=float(level) if intervals else None, n_boot=int(n_boot))
