@@ -1109,8 +1109,10 @@ EFFECT_GRID = 401
 #: bootstrap's half-width times t_ν(p) / z(p), p = (1 + level)/2, with ν the Satterthwaite degrees of freedom
 #: (:func:`satterthwaite_df`) of the effect's bootstrap variance Σ_i u_i², u_i each unit's influence on the effect
 #: (:func:`_effect_influence`).  Where inverse-propensity weights are large or the law at v rests on few units,
-#: ν is small (5–10 at the weak_overlap case's V-points that under-covered, 0.80 and 0.82; 40–160 at most
-#: others) and the normal quantile too short.  False: the bootstrap's quantile as it is.  Where no unit moves an
+#: ν is small and the normal quantile too short: at n = 2000 its median over data sets is 7–50 at the
+#: weak_overlap case's V-points and 7–10 at the paper simulation's third (10th percentiles down to 1–5), 130–210
+#: where the data are dense (``benchmarks/inference/effect_df.py``, ``results/effect_df_*.txt``).  False: the
+#: bootstrap's quantile as it is.  Where no unit moves an
 #: effect to first order (a normalised CDF flat at 0 or 1), ν is infinite and the quantile the bootstrap's.
 EFFECT_SMALL_SAMPLE = True
 #: The effects that take them: the smooth functionals, whose draws are to first order Σ_i g_i u_i.  The distances
@@ -1167,7 +1169,10 @@ def _effect_influence(summaries, centre: dict, pieces: list, e: int, n: int) -> 
     with ε = :data:`_INFLUENCE_STEP`: the delta method, the unit's share of
     the draws Δ* ≈ Σ_i g_i u_i, for the ratios and inversions the effects are.
     (A whole step, ε = 1, would add the ratios' curvature at the units that
-    weigh most, those Σu⁴ rests on.)  Returns term → (Σu², Σu⁴), each (k,).
+    weigh most, those Σu⁴ rests on.  A Jacobian of S by coordinate steps,
+    cheaper at large n, is not used: a step in one grid value of a CDF breaks
+    its monotonicity in the tails, where it is flat, and moved ν of the upper
+    shortfall by up to 45%.)  Returns term → (Σu², Σu⁴), each (k,).
     """
     sums = {}
     for start in range(0, n, _INFLUENCE_BLOCK):
