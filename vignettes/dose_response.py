@@ -163,7 +163,7 @@ eff[keep].pivot(index=["contrast", "profile"], columns="term", values=["estimate
 # to 6.1-9.5 kg at the 90th — the same spreading of the distribution as in
 # the two-arm analysis.  Reduced against continued: the mean and median
 # differences are within a kilogram of zero, with intervals reaching
-# 0.5 to 1.9 kg below zero and 1.1 to 2.4 kg above it.  The curves over all
+# 0.5 to 2.4 kg below zero and 1.2 to 2.8 kg above it.  The curves over all
 # quantile levels:
 
 # %%
@@ -346,29 +346,30 @@ pd.concat([signed, effects])[["unweighted", "weighted"]].round(2)
 # What this shows, and what it does not:
 #
 # - **Ignoring the design biases the arms' distributions.**  The unweighted
-#   fit's means are too low in every arm, by 0.56 to 0.90 kg on average: the
+#   fit's means are too low in every arm, by 0.60 to 0.89 kg on average: the
 #   sample is heavier than the population, and heavier smokers gain less.
-#   The weighted fit's average signed errors are −0.40 to +0.18 kg, which ten
+#   The weighted fit's average signed errors are −0.39 to +0.14 kg, which ten
 #   draws cannot tell from zero.  Over the whole distribution (the
-#   Wasserstein distance: 1.06 against 1.35 kg) the weighted fit is about 20%
+#   Wasserstein distance: 0.98 against 1.23 kg) the weighted fit is about 20%
 #   closer to the population fit, and closer in all 10 draws.
 # - **Weighting costs variance.**  The weights cut the effective sample size,
 #   so a single weighted fit can miss by as much as an unweighted one (the
 #   first draw above), and the weighted fit does not win every draw.  The
 #   probability of a gain above 10 kg is estimated about equally well by both
-#   (0.025 and 0.029 off on average): in these data baseline weight moves
+#   (0.022 and 0.026 off on average): in these data baseline weight moves
 #   the centre of the distribution more than its upper tail (heavier smokers
 #   gain less on average but vary more); the mean of the top 10% is a little
-#   better weighted (1.77 against 1.94 kg).
+#   better weighted (1.63 against 1.70 kg).
 # - **The effects do not need the weights here.**  Selection on baseline
 #   weight lowers all three arms by similar amounts, so the bias mostly
 #   cancels in the differences between arms (the signed errors of the
-#   quit − continued mean effect average −0.30 kg unweighted and −0.36 kg
+#   quit − continued mean effect average −0.29 kg unweighted and −0.34 kg
 #   weighted), and what is left is variance, where the unweighted fit wins:
-#   its quit − continued effect is 0.53 kg off on average against 0.89 kg
+#   its quit − continued effect is 0.52 kg off on average against 0.88 kg
 #   weighted (the weighted fit closer in only 2 of the 10 draws), the
 #   quitters being the arm whose effective size the weights cut most.  For
-#   reduced − continued the two are about equally close (0.69 and 0.62 kg).
+#   reduced − continued the weighted fit is the closer (0.58 against 0.82 kg,
+#   in 8 of the 10 draws).
 #   That is a property of this design, not a rule: a sample selected on
 #   something that *modifies* the effect would bias the effects too.
 # - **Ten draws are a small Monte Carlo.**  Differences of a tenth of a
