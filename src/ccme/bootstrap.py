@@ -1135,7 +1135,7 @@ class Interval:
     std_error: np.ndarray
     conf_low: np.ndarray
     conf_high: np.ndarray
-    df: np.ndarray | None = None
+    df: np.ndarray
 
 
 def _interval(estimate, estimate_star_grid, star, level, floor=None, df=None) -> Interval:
@@ -1158,40 +1158,28 @@ def _interval(estimate, estimate_star_grid, star, level, floor=None, df=None) ->
                     df=np.full(len(estimate), np.inf) if df is None else np.asarray(df, dtype=np.float64))
 
 
-def _effect_influence(summaries, centre: dict, pieces: list, e: int, n: int) -> dict:
+def _effect_influence(summaries, centre: dict, units_moved, e: int, n: int) -> dict:
     """Σ_i u_i² and Σ_i u_i⁴ of each effect at V-point e, u_i unit i's influence on it.
 
-    ``pieces``: (name, {arm: terms} or (terms₁, terms₀) for a difference, the
-    raw estimates at e) for each input of ``summaries``.  The influence is the
-    derivative of the same map the draws go through along the unit's whole
-    contribution r_i to every raw input (:func:`unit_contributions`, both arms
-    at once, as one multiplier moves both), u_i = (S(raw + εr_i) − S(raw))/ε
-    with ε = :data:`_INFLUENCE_STEP`: the delta method, the unit's share of
-    the draws Δ* ≈ Σ_i g_i u_i, for the ratios and inversions the effects are.
-    (A whole step, ε = 1, would add the ratios' curvature at the units that
-    weigh most, those Σu⁴ rests on.  A Jacobian of S by coordinate steps,
-    cheaper at large n, is not used: a step in one grid value of a CDF breaks
-    its monotonicity in the tails, where it is flat, and moved ν of the upper
-    shortfall by up to 45%.)  Returns term → (Σu², Σu⁴), each (k,).
+    ``units_moved(start, stop)``: the inputs of ``summaries`` with a leading
+    axis of the units start ≤ i < stop, each raw estimate moved by ε times the
+    unit's whole contribution r_i to it (:func:`unit_contributions`, both arms
+    at once, as one multiplier moves both), ε = :data:`_INFLUENCE_STEP`.  The
+    influence is the derivative of the same map S the draws go through along
+    r_i, u_i = (S(raw + εr_i) − S(raw))/ε: the delta method, the unit's share
+    of the draws Δ* ≈ Σ_i g_i u_i, for the ratios and inversions the effects
+    are.  (A whole step, ε = 1, would add the ratios' curvature at the units
+    that weigh most, those Σu⁴ rests on.  A Jacobian of S by coordinate
+    steps, cheaper at large n, is not used: a step in one grid value of a CDF
+    breaks its monotonicity in the tails, where it is flat, and moved ν of the
+    upper shortfall by up to 45%.)  Returns term → (Σu², Σu⁴), each (k,).
     """
     sums = {}
     for start in range(0, n, _INFLUENCE_BLOCK):
-        stop = min(n, start + _INFLUENCE_BLOCK)
-        args = []
-        for kind, terms, raw in pieces:
-            if terms is None:
-                args.append(None)
-            elif kind == "difference":
-                args.append(raw + _INFLUENCE_STEP * (unit_contributions(terms[0], e, n, start, stop)
-                                                     - unit_contributions(terms[1], e, n, start, stop)))
-            else:
-                args.append({arm: raw[arm] + _INFLUENCE_STEP * unit_contributions(terms[arm], e, n, start, stop)
-                             for arm in (1, 0)})
-        for term, value in summaries(*args).items():
-            u = (value - centre[term][e]) / _INFLUENCE_STEP
-            u2 = np.nansum(u * u, axis=0)
+        for term, value in summaries(*units_moved(start, min(n, start + _INFLUENCE_BLOCK))).items():
+            u2 = ((value - centre[term][e]) / _INFLUENCE_STEP) ** 2
             s2, s4 = sums.get(term, (0.0, 0.0))
-            sums[term] = (s2 + u2, s4 + np.nansum((u * u) ** 2, axis=0))
+            sums[term] = (s2 + np.nansum(u2, axis=0), s4 + np.nansum(u2 * u2, axis=0))
     return sums
 
 
@@ -1296,27 +1284,27 @@ def effect_intervals(res, V: np.ndarray, estimates: dict, *, q, y_points, level:
     stars = {term: np.empty((len(V), value.shape[1], n_boot)) for term, value in centre.items()}
     small_sample = EFFECT_SMALL_SAMPLE and target == "smoothed"
     nu = {term: np.full((len(V), value.shape[1]), np.inf) for term, value in centre.items()}
-    for e in range(len(V)):
-        if small_sample:
-            # summaries' four inputs: moments, CDF on the grid, CDF at the points, the MMD's difference
-            pieces = [("arms", lin_m, {arm: raw_m[arm][e] for arm in (1, 0)})]
-            if one_dim:
-                pieces.append(("arms", lin_g, {arm: raw_g[arm][e] for arm in (1, 0)}))
-                pieces.append(("arms", lin_c, {arm: raw_c[arm][e] for arm in (1, 0)}))
-                pieces.append(("difference", (lin_t[1], lin_t[0]), diff_t[e]) if with_mmd else (None, None, None))
-            else:
-                pieces += [(None, None, None)] * 3
-            for term, (s2, s4) in _effect_influence(summaries, centre, pieces, e, res.n).items():
-                if term in SMALL_SAMPLE_EFFECTS:
-                    nu[term][e] = satterthwaite_df(s2, s4)
-        zm = {arm: raw_m[arm][e] + sum(p.perturb(g, e) for p in lin_m[arm]) for arm in (1, 0)}
+
+    def moved(e, delta):
+        """summaries' inputs at V-point e, each raw estimate moved by delta(its terms): the draws, or units' shares."""
+        zm = {arm: raw_m[arm][e] + delta(lin_m[arm]) for arm in (1, 0)}
         zg = zc = zt = None
         if one_dim:
-            zg = {arm: raw_g[arm][e] + sum(p.perturb(g, e) for p in lin_g[arm]) for arm in (1, 0)}
-            zc = {arm: raw_c[arm][e] + sum(p.perturb(g, e) for p in lin_c[arm]) for arm in (1, 0)}
+            zg = {arm: raw_g[arm][e] + delta(lin_g[arm]) for arm in (1, 0)}
+            zc = {arm: raw_c[arm][e] + delta(lin_c[arm]) for arm in (1, 0)}
             if with_mmd:
-                zt = diff_t[e] + sum(p.perturb(g, e) for p in lin_t[1]) - sum(p.perturb(g, e) for p in lin_t[0])
-        for term, value in summaries(zm, zg, zc, zt).items():
+                zt = diff_t[e] + delta(lin_t[1]) - delta(lin_t[0])
+        return zm, zg, zc, zt
+
+    for e in range(len(V)):
+        if small_sample:
+            def units_moved(start, stop, e=e):
+                return moved(e, lambda terms: _INFLUENCE_STEP * unit_contributions(terms, e, res.n, start, stop))
+
+            for term, (s2, s4) in _effect_influence(summaries, centre, units_moved, e, res.n).items():
+                if term in SMALL_SAMPLE_EFFECTS:
+                    nu[term][e] = satterthwaite_df(s2, s4)
+        for term, value in summaries(*moved(e, lambda terms: sum(p.perturb(g, e) for p in terms))).items():
             stars[term][e] = value.T
     out = {}
     for term, estimate in estimates.items():

@@ -1710,19 +1710,19 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     widest = Kernel(base.name, tuple(base.bandwidth_array * factors.max()), base.rule)
     grid = outcome_grid(Y, widest, size=_ISE_GRID)
     bins = _Bins(Y[:, 0], float(base.bandwidth_array[0] * factors.min()))
-    held = {}
-    if augmented:
+    held = {}  # (fold, arm) → (units the chosen ones stand for, the chosen units)
+    if augmented:  # units of every arm, shared by the arms
         for k, fold in enumerate(folds):
-            units = (fold.nuisance.size, np.sort(rng.choice(fold.nuisance, size=min(len(design.arms) * _ISE_UNITS,
-                                                                                    fold.nuisance.size),
-                                                            replace=False)))
+            size = min(len(design.arms) * _ISE_UNITS, fold.nuisance.size)
+            units = (fold.nuisance.size, np.sort(rng.choice(fold.nuisance, size=size, replace=False)))
             held.update({(k, arm): units for arm in design.arms if np.any(A[fold.nuisance] == arm)})
-    for arm in design.arms if not augmented else ():
-        for k, fold in enumerate(folds):
-            rows0 = fold.nuisance[A[fold.nuisance] == arm]
-            if rows0.size:
-                held[(k, arm)] = (rows0.size, np.sort(rng.choice(rows0, size=min(_ISE_UNITS, rows0.size),
-                                                                 replace=False)))
+    else:
+        for arm in design.arms:
+            for k, fold in enumerate(folds):
+                rows0 = fold.nuisance[A[fold.nuisance] == arm]
+                if rows0.size:
+                    held[(k, arm)] = (rows0.size, np.sort(rng.choice(rows0, size=min(_ISE_UNITS, rows0.size),
+                                                                     replace=False)))
 
     def masses(k):
         return _proxy_fold(mode=mode, design=design, Xo=Xo, fold=folds[k], k=k, scores=scores, kernels=kernels,
@@ -1750,14 +1750,19 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                 scale = size / chosen.size / len(fold.nuisance) / len(folds)
                 left, w = bins.locate(Y[chosen, 0])
                 cols = np.arange(len(chosen))
+
+                def at_own_outcome(M):
+                    """Each held unit's column of M (bins, n_held) read at its own outcome, as it is binned."""
+                    return (1.0 - w) * M[left, cols] + w * M[left + 1, cols]
+
                 for i, f in enumerate(factors):
                     k_y = _backend.gram(bins.centers, Y[chosen], base.name, base.bandwidth_array * f,
                                         normalized=True, n_threads=n_threads)
                     # The unit's own outcome (an atom of μ̂₀) left out of its evaluation, as its binned share.
-                    own_share = (1.0 - w) * k_y[left, cols] + w * k_y[left + 1, cols]
+                    own_share = at_own_outcome(k_y)
                     if augmented:
                         at_atoms, at_zero = _binned_convolution(bins, binned_d, base, f)
-                        at_own = (1.0 - w) * at_atoms[left, cols] + w * at_atoms[left + 1, cols]
+                        at_own = at_own_outcome(at_atoms)
                     for j, (mass, own) in enumerate(pairs):
                         on_grid = mass.T @ on_grid_kernels[i]
                         square = np.trapezoid(on_grid**2, grid, axis=1)
@@ -1771,15 +1776,17 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                             total[j, i] += scale * np.sum(omega * (square - 2.0 * at_y))
             totals[arm] = total
         # One correction penalty for the arms (as λ₁ is shared): the factor whose arms' best σ_y sum lowest.
-        j = _best(sum(totals[arm].min(axis=1) for arm in design.arms)) if search else 0
-        j = {arm: _best(totals[arm].min(axis=1)) if search and DR_CORRECTION_BY_ARM else j for arm in design.arms}
+        # (DR_CORRECTION_BY_ARM: each arm's own best factor.)
+        shared = _best(sum(totals[arm].min(axis=1) for arm in design.arms)) if search else 0
+        factor_of = {arm: _best(totals[arm].min(axis=1)) if search and DR_CORRECTION_BY_ARM else shared
+                     for arm in design.arms}
         out, curves = {}, []
         for arm in design.arms:
-            out[arm], curve = _chosen_y_bandwidth(base, factors, totals[arm][j[arm]], arm)
+            out[arm], curve = _chosen_y_bandwidth(base, factors, totals[arm][factor_of[arm]], arm)
             curves.append(curve)
     if not search:
         return out, curves, lam1
-    picked = {arm: lam1[arm] * lam1_factors[j[arm]] for arm in design.arms}
+    picked = {arm: lam1[arm] * lam1_factors[factor_of[arm]] for arm in design.arms}
     name = "augmented" if augmented else "weighted"
     curves += [TuningCurve("lam1", np.array([lam1[arm] * f for f in lam1_factors]), totals[arm].min(axis=1),
                            f"{name} ISE-CV (split proxy, best y bandwidth)", picked[arm], arm, None)
