@@ -305,6 +305,42 @@ def test_dr_correction_by_arm_chooses_each_arms_minimum(data, monkeypatch):
         assert res.penalties["lam1"][arm] == pytest.approx(curve.values[int(np.argmin(curve.criterion))])
 
 
+def _one_se_twin(terms, steps):
+    """The one-standard-error rule by hand: the widest factor (one grid step at most with ``steps``) whose summed
+    criterion exceeds the minimum by no more than √m × the sample sd of the units' paired differences."""
+    total = terms.sum(axis=0)
+    best = int(np.argmin(total))
+    last = min(best + 1, terms.shape[1] - 1) if steps else terms.shape[1] - 1
+    chosen = best
+    for i in range(best + 1, last + 1):
+        d = terms[:, i] - terms[:, best]
+        if total[i] - total[best] <= np.sqrt(len(d)) * np.std(d, ddof=1):
+            chosen = i
+    return chosen
+
+
+@pytest.mark.parametrize("steps", [True, False])
+def test_one_se_rule_matches_its_twin(steps):
+    """The read-out bandwidth's one-SE choice (ccme.tuning._one_se_choice) against the rule written by hand, on
+    curves whose minimum and noise vary so that it stays at the minimiser, moves wider, and (steps=False) jumps
+    several factors; a curve whose units all move together (no spread) keeps its minimiser."""
+    from ccme.tuning import _one_se_choice
+
+    rng = np.random.default_rng(11)
+    moves = set()
+    for _ in range(300):
+        m, k = int(rng.integers(2, 60)), 7
+        shape = 0.02 * (np.arange(k) - rng.integers(0, k)) ** 2
+        terms = shape / m + rng.uniform(0.001, 0.2) * rng.normal(size=(m, k)) / np.sqrt(m)
+        chosen = _one_se_choice(terms, steps=steps)
+        assert chosen == _one_se_twin(terms, steps)
+        moves.add(min(chosen - int(np.argmin(terms.sum(axis=0))), 2))
+    assert moves == ({0, 1} if steps else {0, 1, 2})
+    flat = np.tile(0.01 * (np.arange(7.0) - 2.0) ** 2, (30, 1))
+    assert _one_se_choice(flat, steps=steps) == 2
+    assert _one_se_choice(np.ones((1, 7)) * np.arange(7.0)[::-1], steps=steps) == 6
+
+
 def test_binned_convolution_is_the_kernel_matrix_product():
     """The FFT convolution on the bins' regular grid equals the dense product with the read-out kernel's matrix."""
     from ccme.kernels import Kernel
