@@ -31,22 +31,33 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 _RUN = ("import sys, importlib; sys.path.insert(0, {root!r}); setattr(importlib.import_module({module!r}), "
         "{name!r}, {value!r}); from benchmarks.accuracy import run; sys.exit(run.main(sys.argv[1:]))")
+#: The same for one entry of a dict constant (``NAME[KEY]=...``): a copy of the dict with that entry replaced.
+_RUN_ITEM = ("import sys, importlib; sys.path.insert(0, {root!r}); m = importlib.import_module({module!r}); "
+             "setattr(m, {name!r}, {{**getattr(m, {name!r}), {key!r}: {value!r}}}); "
+             "from benchmarks.accuracy import run; sys.exit(run.main(sys.argv[1:]))")
 
 
-def parse_setting(text: str) -> tuple[str, str, list]:
-    """"pkg.module.NAME=1,0.3" -> ("pkg.module", "NAME", [1, 0.3]), the values typed like the current one."""
+def parse_setting(text: str) -> tuple[str, str, str | None, list]:
+    """"pkg.module.NAME=1,0.3" -> ("pkg.module", "NAME", None, [1, 0.3]), the values typed like the current one;
+    "pkg.module.NAME[KEY]=..." names one entry of a dict constant (KEY a string)."""
     target, _, values = text.partition("=")
     module, _, name = target.rpartition(".")
+    name, _, key = name.partition("[")
+    key = key.rstrip("]") or None
     if not module or not values:
-        raise SystemExit(f"--setting must look like ccme.tuning.NAME=v1,v2; got {text!r}")
+        raise SystemExit(f"--setting must look like ccme.tuning.NAME=v1,v2 or NAME[KEY]=v1,v2; got {text!r}")
     current = getattr(importlib.import_module(module), name)
+    if key is not None:
+        if not isinstance(current, dict) or key not in current:
+            raise SystemExit(f"{name} has no entry {key!r}")
+        current = current[key]
     if isinstance(current, bool):
         flags = {"true": True, "1": True, "false": False, "0": False}
         if any(v.lower() not in flags for v in values.split(",")):
             raise SystemExit(f"{name} is a flag: give True/False (or 1/0); got {values!r}")
-        return module, name, [flags[v.lower()] for v in values.split(",")]
+        return module, name, key, [flags[v.lower()] for v in values.split(",")]
     kind = type(current) if isinstance(current, (int, float, str)) else float
-    return module, name, [kind(v) for v in values.split(",")]
+    return module, name, key, [kind(v) for v in values.split(",")]
 
 
 def compare(frames: dict, config: str = "ridge_dr") -> list[str]:
@@ -83,14 +94,15 @@ def main(argv=None) -> int:
     p.add_argument("--config", default="ridge_dr",
                    help="the zoo configuration to run and compare (default ridge_dr; e.g. deep_feature)")
     args, rest = p.parse_known_args(argv)
-    module, name, values = parse_setting(args.setting)
+    module, name, key, values = parse_setting(args.setting)
     tag = args.tag or next((rest[i + 1] for i, a in enumerate(rest) if a == "--split"), "cases")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     stem = args.stem or name.lower()
     outs = {v: RESULTS / f"{stem}_{tag}_{v}.csv" for v in values}
     procs = []
     for v in values:
-        command = [sys.executable, "-c", _RUN.format(root=str(ROOT), module=module, name=name, value=v),
+        command = [sys.executable, "-c", (_RUN if key is None else _RUN_ITEM).format(
+            root=str(ROOT), module=module, name=name, key=key, value=v),
                    "--methods", args.config, *rest, "--out", str(outs[v])]
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
         if args.parallel:

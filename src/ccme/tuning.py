@@ -1787,7 +1787,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                             term[j, :, i] = scale * (square - 2.0 * (m + omega * (at_y - m)))
                         else:
                             term[j, :, i] = scale * omega * (square - 2.0 * at_y)
-            terms[arm] = np.concatenate(per_fold, axis=1)
+            terms[arm] = np.concatenate(per_fold, axis=1) if per_fold else np.zeros((len(lam1_factors), 0, len(factors)))
         totals = {arm: t.sum(axis=1) for arm, t in terms.items()}
         # One correction penalty for the arms (as λ₁ is shared): the factor whose arms' best σ_y sum lowest.
         # (DR_CORRECTION_BY_ARM: each arm's own best factor.)
@@ -1830,12 +1830,16 @@ def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, ar
     """The read-out kernel chosen on the weighted ISE-CV, and its curve.
 
     ``terms`` (held units, factors) are the held-out units' scaled terms; the
-    criterion is their sum.  With :data:`Y_BANDWIDTH_RULE` ``"one_se"`` the
-    choice is the widest bandwidth whose criterion lies within one standard
-    error of the minimum (:func:`_one_se_choice`); with ``"min"``, the minimiser.
+    criterion is their sum.  The choice is its minimiser, or, with
+    :data:`Y_BANDWIDTH_RULE` ``"one_se"`` / ``"one_se_step"``, the widest
+    bandwidth (one grid step wider at most) whose criterion lies within one
+    standard error of the minimum (:func:`_one_se_choice`).
     """
     total = terms.sum(axis=0)
-    best = _best(total) if Y_BANDWIDTH_RULE == "min" else _one_se_choice(terms, steps=Y_BANDWIDTH_RULE == "one_se_step")
+    if Y_BANDWIDTH_RULE == "min":
+        best = _best(total)
+    else:
+        best = _one_se_choice(terms, steps=Y_BANDWIDTH_RULE == "one_se_step")
     kernel = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
                     f"{base.rule} x {factors[best]:g}, weighted ISE-CV")
     curve = TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
@@ -1917,7 +1921,8 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
                     k_y[own[cols], cols] = 0.0
                 at_y = np.einsum("kj,kj->j", c, k_y)
                 term[:, i] = scale * omega * (square - 2.0 * at_y)
-        kernels[arm], curve = _chosen_y_bandwidth(base, factors, np.concatenate(per_fold, axis=0), arm)
+        terms = np.concatenate(per_fold, axis=0) if per_fold else np.zeros((0, len(factors)))
+        kernels[arm], curve = _chosen_y_bandwidth(base, factors, terms, arm)
         curves.append(curve)
     return kernels, curves
 
