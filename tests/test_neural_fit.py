@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 import ccme  # noqa: E402
 from ccme.datasets import paper_simulation_ise  # noqa: E402
 from ccme.estimators import paper_options  # noqa: E402
-from ccme.estimators.training import MissingDependencyError  # noqa: E402
+from ccme.estimators.training import NEURAL_N_REP, MissingDependencyError  # noqa: E402
 
 FORMULA = "y ~ a | x1 + x2 + x3 + x4 + x5 | x6 + x7 + x8 + x9 + x10"
 SMALL = "y ~ a | x1 + x2 | x3 + x4"
@@ -82,8 +82,9 @@ def test_options_paths_fit_and_report(data, method):
         np.testing.assert_allclose(np.trapezoid(dens, y, axis=1), 1.0, rtol=1e-6)
     hist = res.training_history()
     assert set(hist["arm"]) == {0, 1} and set(hist["fold"]) == {1, 2, 3} and set(hist["stage"]) == {1, 2}
+    assert set(hist["repetition"]) == set(range(1, NEURAL_N_REP + 1))  # the neural default repeats the cross-fit
     assert hist["validation_loss"].notna().all()
-    assert (hist.groupby(["arm", "fold", "stage"])["best"].sum() == 1).all()
+    assert (hist.groupby(["arm", "repetition", "fold", "stage"])["best"].sum() == 1).all()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ccme.CcmeWarning)   # 20 SGD epochs leave some V without positive mass
         text = str(res.summary())
@@ -96,7 +97,7 @@ def test_options_paths_fit_and_report(data, method):
 def test_early_stopping_restores_the_best_epoch(data):
     res = _fit(data, "neural_kernel", epochs=(400, 400), validation=0.3, patience=3, mode="ipw")
     hist = res.training_history()
-    for _, curve in hist.groupby(["arm", "fold", "stage"]):
+    for _, curve in hist.groupby(["arm", "repetition", "fold", "stage"]):
         best = curve[curve["best"]].iloc[0]
         assert best["validation_loss"] == curve["validation_loss"].min()
         assert len(curve) < 400 and len(curve) == best["epoch"] + 3

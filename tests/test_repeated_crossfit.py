@@ -63,3 +63,24 @@ def test_repeated_fit_is_deterministic_and_saves(fits, tmp_path):
 def test_bad_n_rep(bad):
     with pytest.raises(ParameterError, match="n_rep"):
         ccme.fit(F, paper_simulation(200, seed=1), n_rep=bad, tune="none")
+
+
+def test_default_repetitions_are_the_methods(monkeypatch):
+    """``n_rep=None`` (the default) runs the estimator's ``default_n_rep``: one cross-fit for ridge, and
+    ccme.estimators.training.NEURAL_N_REP for the neural estimators, bit for bit the explicit ``n_rep``."""
+    pytest.importorskip("torch")
+    from ccme.estimators import training
+
+    data = paper_simulation(300, seed=2)
+    ridge = ccme.fit(F, data, seed=5, tune="none", propensity="logistic")
+    assert len(ridge.embedding(1).parts) == ridge.n_folds and "n_rep" not in ridge.call
+    monkeypatch.setattr(training, "NEURAL_N_REP", 2)
+    opts = dict(seed=5, tune="none", propensity="logistic", epochs=(10, 10), progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.CcmeWarning)  # ten epochs leave some V without positive mass
+        default = ccme.fit(F, data, method="neural_kernel", **opts)
+        explicit = ccme.fit(F, data, method="neural_kernel", n_rep=2, **opts)
+        single = ccme.fit(F, data, method="neural_kernel", n_rep=1, **opts)
+    assert len(default.embedding(1).parts) == 2 * default.n_folds and "n_rep=2" in default.call
+    np.testing.assert_array_equal(default.density(Y, newdata=PAPER_PROFILES), explicit.density(Y, newdata=PAPER_PROFILES))
+    assert len(single.embedding(1).parts) == single.n_folds and "n_rep" not in single.call

@@ -41,7 +41,7 @@ def fit(
     method: str = "ridge",
     mode: str = "dr",
     folds: int = 2,
-    n_rep: int = 1,
+    n_rep: int | None = None,
     propensity="forest",
     seed=None,
     clip="auto",
@@ -85,7 +85,7 @@ def fit(
         among the arm's units (paper, Section "Experiments").
     folds : int, default 2
         Cross-fitting folds K ≥ 2; the estimate averages the K fold estimates.
-    n_rep : int, default 1
+    n_rep : int or None, default None
         Repeated cross-fitting (DoubleML's ``n_rep``): the whole cross-fit
         (folds, propensity, both stages) is repeated on R = ``n_rep``
         independent splits and the estimate averages their K·R fold
@@ -96,6 +96,10 @@ def fit(
         repetition (each unit keeps one multiplier).  Costs about R times the
         cross-fitting (not the tuning).  Repetition r ≥ 1 is seeded by
         (seed, r), so ``n_rep=1`` is the fit without repetitions, bit for bit.
+        None: the method's default, 1 for ridge and 3 for the neural
+        estimators, whose networks' initialisation adds variance that the
+        average over repetitions removes in part
+        (:data:`ccme.estimators.training.NEURAL_N_REP`).
     propensity : str, classifier or array, default "forest"
         How π(x) = P(A = 1 | X = x) is estimated (on each fold's nuisance part);
         for k ≥ 3 arms every named learner is the multinomial one (the forest's and
@@ -323,10 +327,11 @@ def fit(
     (2, 2)
     """
     started = time.perf_counter()
-    call = _describe_call(formula, method, mode, folds, propensity, seed,
-                          dict(hyperparameters, n_rep=n_rep) if n_rep != 1 else hyperparameters, weights)
     # validate: every argument before any work
     estimator = get_estimator(method)
+    n_rep = estimator.default_n_rep if n_rep is None else n_rep
+    call = _describe_call(formula, method, mode, folds, propensity, seed,
+                          dict(hyperparameters, n_rep=n_rep) if n_rep != 1 else hyperparameters, weights)
     if client is not None or partitions is not None:
         estimator = cluster_estimator(estimator, client=client, partitions=partitions)
     data = local_frame(data, formula, weights=weights, client=client)

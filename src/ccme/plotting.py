@@ -239,15 +239,15 @@ def plot_calibration(res, *, ax=None):
 def plot_training(res, *, ax=None, **kwargs):
     """Training curves of a neural fit (:meth:`ccme.CCMEResult.training_history`).
 
-    One colour per (arm, stage), one line per fold; training loss solid,
+    One colour per (arm, stage), one line per fold and repetition; training loss solid,
     validation loss dashed, the kept epoch marked; log-scaled epochs.
     """
     history = res.training_history()
     ax = _axes(ax)
     for i, ((arm, stage), group) in enumerate(history.groupby(["arm", "stage"], sort=False)):
         colour = f"C{i % 10}"
-        for fold, curve in group.groupby("fold"):
-            label = f"{_ARM_LABEL[arm]} stage {stage}" if fold == 1 else None
+        for (repetition, fold), curve in group.groupby(["repetition", "fold"]):
+            label = f"{_ARM_LABEL[arm]} stage {stage}" if (repetition, fold) == (1, 1) else None
             ax.plot(curve["epoch"], curve["train_loss"], "-", color=colour, label=label, **kwargs)
             if curve["validation_loss"].notna().any():
                 ax.plot(curve["epoch"], curve["validation_loss"], "--", color=colour, **kwargs)

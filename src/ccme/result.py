@@ -1557,7 +1557,8 @@ class CCMEResult:
     def training_history(self) -> pd.DataFrame:
         """Training curves of a neural fit: one row per (arm, fold, stage, epoch).
 
-        Columns ``arm``, ``fold`` (1-based), ``stage`` (1: nuisance, 2:
+        Columns ``arm``, ``repetition`` and ``fold`` (1-based; repetitions
+        of the cross-fit, ``fit(n_rep=)``), ``stage`` (1: nuisance, 2:
         pseudo-outcome regression; one-step has stage 1 only), ``epoch``,
         ``train_loss`` and ``validation_loss`` (NaN without a validation
         split), and ``best`` (the epoch whose weights were kept).  Trains any
@@ -1580,12 +1581,12 @@ class CCMEResult:
         >>> nn = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), method="neural_kernel",
         ...               hidden=(8,), epochs=3, M=10, tune="none", seed=1)  # doctest: +SKIP
         >>> list(nn.training_history().columns)  # doctest: +SKIP
-        ['arm', 'fold', 'stage', 'epoch', 'train_loss', 'validation_loss', 'best']
+        ['arm', 'repetition', 'fold', 'stage', 'epoch', 'train_loss', 'validation_loss', 'best']
         >>> res.training_history()
         Traceback (most recent call last):
         ccme.errors.ParameterError: method 'ridge' has no training history (it is not trained by gradient descent)
         """
-        return self.estimator.training_history(self.embeddings)
+        return self.estimator.training_history(self.embeddings, self.n_folds)
 
     def plot_training(self, *, ax=None, **kwargs):
         """Loss per epoch of each stage, fold and arm of a neural fit (validation dashed); returns the Axes.

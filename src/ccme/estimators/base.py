@@ -628,6 +628,9 @@ class Estimator(ABC):
     measured coverage says the bootstrap leaves out: every band, interval
     and test of :mod:`ccme.bootstrap` then says it in a
     :class:`ccme.errors.CcmeWarning`, and the summary in a note).
+    ``default_n_rep`` is the number of cross-fitting repetitions
+    ``fit(n_rep=None)`` runs (1 unless the estimator's own variance, e.g. a
+    network's initialisation, makes averaging repetitions pay).
     """
 
     name: str
@@ -636,6 +639,7 @@ class Estimator(ABC):
     aliases: Mapping = MappingProxyType({})
     supports_bootstrap: bool = False
     bootstrap_caveat: str | None = None
+    default_n_rep: int = 1
 
     def options(self, hyperparameters: dict) -> dict:
         """The defaults updated by the user's hyperparameters (aliases expanded), see :func:`resolve_options`."""
@@ -675,8 +679,11 @@ class Estimator(ABC):
         """Summary sections about the fitted fold-arms (numerics, training); empty by default."""
         return []
 
-    def training_history(self, embeddings: Mapping):
-        """Training curves of the fitted fold-arms, one row per (arm, fold, stage, epoch).
+    def training_history(self, embeddings: Mapping, n_folds: int):
+        """Training curves of the fitted fold-arms, one row per (arm, repetition, fold, stage, epoch).
+
+        ``n_folds`` is K: an embedding's fold-arms run over the K folds of each
+        cross-fitting repetition in turn.
 
         Raises
         ------
