@@ -91,19 +91,22 @@ fig.tight_layout()
 # ## Reading the results
 #
 # On this simulation, with the defaults, the error of every estimator falls
-# with n.  Ridge (ISE 0.0100 at n = 500, 0.0031 at n = 4000) and Deep
-# Feature (0.0117 to 0.0033) are close: Deep Feature's error is 0.95 to 1.33
-# times ridge's, below it at n = 1000 (its doubly robust second stage is split
-# as the ridge's, with the plug-in part's own penalty).  Neural-Kernel is the
-# least accurate at every n here (0.0130 to 0.0046; it has no ridge penalty,
-# and the neural estimators add the randomness of initialisation and early
-# stopping, as the paper's Section "Qualitative Assessment" also observes),
-# but it is the fastest.  Ridge's time at these sizes (a few seconds on this
-# 2-core machine) is mostly its automatic tuning and grows slowly; its
-# cost grows like n³ eventually (two n/2 × n/2 factorisations per fit: about
-# 14 s at n = 20000 without tuning, `benchmarks/paper_shape.py`).  Deep
-# Feature is the slowest here, because its default also selects λ by
-# validation loss, which triples the training.
+# with n.  Ridge (ISE 0.0100 at n = 500, 0.0033 at n = 4000) and Deep
+# Feature (0.0118 to 0.0028) are close: Deep Feature's error is 0.83 to 1.18
+# times ridge's, below it at n = 1000 and 4000 (its doubly robust second stage
+# is split as the ridge's, with the plug-in part's own penalty, and the neural
+# estimators average three repetitions of the cross-fit by default).
+# Neural-Kernel is the least accurate at every n here (0.0127 to 0.0037, 1.1
+# to 1.4 times ridge's; it has no ridge penalty, and the neural estimators add
+# the randomness of initialisation and early stopping, as the paper's Section
+# "Qualitative Assessment" also observes), and with its three repetitions it
+# is no faster than ridge at these sizes (2.5 to 6.6 s against 1.1 to 4.5 s).
+# Ridge's time at these sizes (a few seconds on this 2-core machine) is mostly
+# its automatic tuning and grows slowly; its cost grows like n³ eventually
+# (two n/2 × n/2 factorisations per fit: about 14 s at n = 20000 without
+# tuning, `benchmarks/paper_shape.py`).  Deep Feature is the slowest here,
+# because its default also selects λ by validation loss, which triples the
+# training, and repeats the cross-fit (`n_rep=1` takes about half the time).
 #
 # Rules of thumb:
 #
