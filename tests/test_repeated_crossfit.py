@@ -84,3 +84,7 @@ def test_default_repetitions_are_the_methods(monkeypatch):
     assert len(default.embedding(1).parts) == 2 * default.n_folds and "n_rep=2" in default.call
     np.testing.assert_array_equal(default.density(Y, newdata=PAPER_PROFILES), explicit.density(Y, newdata=PAPER_PROFILES))
     assert len(single.embedding(1).parts) == single.n_folds and "n_rep" not in single.call
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.CcmeWarning)
+        assert "Cross-fitting  2 folds x 2 repetitions (averaged), seed 5" in str(default.summary())
+        assert "Cross-fitting  2 folds, seed 5" in str(single.summary())

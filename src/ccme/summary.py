@@ -66,7 +66,7 @@ class Summary:
             ("X", _names(design.x_names)),
             ("Observations", f"{res.n} ({counts})"
              + (f"; {design.n_dropped} rows with missing values dropped" if design.n_dropped else "")),
-            ("Cross-fitting", f"{res.n_folds} folds, seed {res.seed}"),
+            ("Cross-fitting", _cross_fitting(res)),
         ]
         sampling = getattr(res, "sampling_weights", None)  # ccme.sampling_weights.SamplingWeights
         if sampling is not None:
@@ -289,3 +289,11 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
     elif res.estimator.bootstrap_caveat:
         rows.append(("Caveat", res.estimator.bootstrap_caveat))
     return rows
+
+
+def _cross_fitting(res) -> str:
+    """"K folds, seed s", with the repetitions of a repeated cross-fit (``fit(n_rep=R)``): K·R fold-arms per arm."""
+    parts = len(next(iter(res.embeddings.values())).parts)
+    repetitions = parts // res.n_folds
+    times = f" x {repetitions} repetitions (averaged)" if repetitions > 1 else ""
+    return f"{res.n_folds} folds{times}, seed {res.seed}"
