@@ -305,6 +305,22 @@ def test_dr_correction_by_arm_chooses_each_arms_minimum(data, monkeypatch):
         assert res.penalties["lam1"][arm] == pytest.approx(curve.values[int(np.argmin(curve.criterion))])
 
 
+def test_augmented_readout_criterion_is_its_own_curves_minimum(data, monkeypatch):
+    """READOUT_AUGMENTED: the doubly robust read-out bandwidth is the minimiser of the augmented criterion, a
+    different curve from the weighted one; λ₁ is not searched."""
+    from ccme import tuning
+
+    base = ccme.fit(F, data, seed=3, propensity="forest")
+    monkeypatch.setattr(tuning, "READOUT_AUGMENTED", True)
+    res = ccme.fit(F, data, seed=3, propensity="forest")
+    for arm in (1, 0):
+        mine, theirs = ([c for c in r.tuning.curves if c.parameter == "y_bandwidth" and c.arm == arm][0]
+                        for r in (res, base))
+        assert mine.chosen == mine.values[int(np.argmin(mine.criterion))]
+        assert not np.allclose(mine.criterion, theirs.criterion)
+    assert res.penalties["lam1"] == base.penalties["lam1"]
+
+
 def _one_se_twin(terms, steps):
     """The one-standard-error rule by hand: the widest factor (one grid step at most with ``steps``) whose summed
     criterion exceeds the minimum by no more than √m × the sample sd of the units' paired differences."""
