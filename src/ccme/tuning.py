@@ -77,9 +77,10 @@
   a Nyström proxy of the fit (:func:`_readout_proxy`: the same data, kernels
   and penalties, both kernel ridge regressions at rank at most NYSTROM_RANK,
   the atoms binned): on the exact fit it needs every fold-arm's n × n factors
-  and triangular solves of 300 right-hand sides per fold and arm (some 20 s
-  at n = 20000, half of them building the control arm's factors that a user
-  of the treated arm never needs), and it does not scale past them.  The
+  and triangular solves of one right-hand side per held-out unit (at most
+  :data:`_ISE_UNITS` per fold and arm; with 300, some 20 s at n = 20000,
+  half of them building the control arm's factors that a user of the
+  treated arm never needs), and it does not scale past them.  The
   proxy's curves agree with the exact ones to 0.1 % of their range (n = 4000,
   rank 300), well inside the criterion's noise; with a forest first stage
   (which has no such proxy) :func:`tune_readout` evaluates it on the fit.
