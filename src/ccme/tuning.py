@@ -1871,13 +1871,11 @@ def _one_se_choice(terms: np.ndarray, steps: bool = False) -> int:
     m = terms.shape[0]
     if m < 2:
         return best
-    chosen = best
-    for i in range(best + 1, min(best + 2, terms.shape[1]) if steps else terms.shape[1]):
-        d = terms[:, i] - terms[:, best]
-        se = np.sqrt(m / (m - 1) * np.sum((d - d.mean()) ** 2))
-        if np.isfinite(total[i]) and total[i] - total[best] <= se:
-            chosen = i
-    return chosen
+    se = np.sqrt(m) * np.std(terms - terms[:, [best]], axis=0, ddof=1)
+    within = np.isfinite(total) & (total - total[best] <= se)
+    last = min(best + 1, terms.shape[1] - 1) if steps else terms.shape[1] - 1
+    wider = np.flatnonzero(within[best + 1:last + 1])
+    return best + 1 + int(wider[-1]) if wider.size else best
 
 
 def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, factors, seed, n_threads=0,
