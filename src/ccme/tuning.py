@@ -850,7 +850,8 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 # oversmooth the one whose law moves with a covariate (three arms: ISE 1.40 times its
                 # one-versus-rest fit's, benchmarks/multi_arm.py; two arms: README, "Automatic tuning").
                 per_arm = {arm: search([problem]) for arm, problem in _split_by_arm(problems[0], arms).items()}
-                theta = np.min([found[0] for found in per_arm.values()], axis=0)
+                theta = (np.min([found[0] for found in per_arm.values()], axis=0) if V_KERNEL_FROM == "smallest"
+                         else next(found[0] for arm, found in per_arm.items() if str(arm) == V_KERNEL_FROM))
                 count = sum(found[2] for found in per_arm.values())
                 tuned_v = _ard_kernel(v_kernel, theta)
                 for arm, (theta_arm, visits, _) in per_arm.items():
@@ -1209,6 +1210,11 @@ ARD_STAGE2_GUARD = 1.0
 #: the smallest bandwidth of one search per arm (tune_ridge); with fewer arms, one search on the arms' summed
 #: criterion, the rule before it (3 restores it for binary treatments: benchmarks/v_bandwidth_rule.py compares).
 PER_ARM_V_SEARCH_ARMS = 2
+#: Which of those searches sets the shared V kernel: "smallest", per group the smallest bandwidth of the arms
+#: (the default), or one arm's code as a string ("1", "0"), its own search's bandwidths for every arm.  The
+#: second is a diagnostic: scoring each arm under its own search bounds what a V kernel per arm would gain
+#: (``benchmarks/results/v_kernel_from_*.txt``).
+V_KERNEL_FROM = "smallest"
 #: Where the V search starts (_warm_start): "stage1-kept", at the bandwidths stage 1 learned for the same covariates
 #: where it kept them and at the rule's where it dropped them; "stage1", at stage 1's everywhere, drops included; or
 #: "rule", at the rule's.  A covariate stage 1 drops is irrelevant given all of X, not given V: p(Y^a | V) may move
