@@ -285,6 +285,21 @@ def test_v_search_start_and_targets(monkeypatch):
     assert np.isfinite(v2_bandwidth())
 
 
+def test_v_search_start_where_stage_one_moved():
+    """_warm_start: the V search starts at stage 1's bandwidth (a log2 factor of V's rule) for the covariates
+    stage 1 learned; with ``moved`` ("stage1-moved") only for those its search moved off X's rule, since an
+    unmoved one carries X's median rule, not anything learned about it.  A dropped one starts at V's rule
+    unless ``dropped``."""
+    groups = tuple(Group(label, "numeric", (j,)) for j, label in enumerate(("moved", "unmoved", "dropped")))
+    v_kernel = Kernel("gaussian", (1.0, 2.0, 3.0), "median", groups)
+    x_kernel = Kernel("gaussian", (2.0, 4.0, np.inf), "median x ARD", groups)
+    np.testing.assert_array_equal(tuning._warm_start(v_kernel, x_kernel, dropped=False), [1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(tuning._warm_start(v_kernel, x_kernel, dropped=True), [1.0, 1.0, np.inf])
+    moved = {"moved": True, "unmoved": False, "dropped": False}
+    np.testing.assert_array_equal(tuning._warm_start(v_kernel, x_kernel, dropped=False, moved=moved), [1.0, 0.0, 0.0])
+    assert tuning._warm_start(v_kernel, None) is None
+
+
 def test_dr_second_stage_penalty_factor(monkeypatch):
     """ccme.tuning.DR_SECOND_STAGE_PENALTY scales the leave-one-out λ₁ (the correction's), not λ₁ᵖ, and says so."""
     data, formula = _through_confounder(2), "y ~ a | v1 + v2 | w1 + w2"

@@ -727,6 +727,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
     lam0 = dict(prepared["lam0"])
     x_kernel = prepared["kernels"]["x"]
     x_ard = uses_stage1 and _is_ard(grids.get("x_bandwidth"))
+    x_moved = None          # per X group: whether stage 1's search moved it off X's rule (_warm_start)
     x_kernel = _with_groups(x_kernel) if x_ard else x_kernel
     if x_ard:
         # Per-group X bandwidths, one kernel for both arms: the search sums the arms' LOO errors (each arm
@@ -750,6 +751,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
         report.curves += _group_curves("x_bandwidth", tuned_x, theta, visits)
         report.chosen["x_bandwidth"] = [float(b) for b in tuned_x.bandwidth]
         x_kernel = prepared["kernels"]["x"] = tuned_x
+        x_moved = {g.label: bool(np.isfinite(t) and t != 0.0) for g, t in zip(x_kernel.groups, theta)}
         searched["X"] = (count, time.perf_counter() - ard_started)
     if uses_stage1 and ("lam0" in grids or ("x_bandwidth" in grids and not x_ard)):
         lam_grid = np.asarray(grids.get("lam0", (lam0[arms[0]],)))
@@ -837,8 +839,9 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 searched_targets = [{arm: (rows, first, size, first) for arm, (rows, _, size, first) in per_arm.items()}
                                     for per_arm in targets]
             problems = _stage2_problems(mode, searched_targets, V, lam1_now, rng, sw)
-            start = (_warm_start(v_kernel, x_kernel if x_ard else None, dropped=V_SEARCH_START == "stage1")
-                     if V_SEARCH_START in ("stage1", "stage1-kept") else None)
+            start = (_warm_start(v_kernel, x_kernel if x_ard else None, dropped=V_SEARCH_START == "stage1",
+                                 moved=x_moved if V_SEARCH_START == "stage1-moved" else None)
+                     if V_SEARCH_START in ("stage1", "stage1-kept", "stage1-moved") else None)
 
             def search(regressions):
                 return _ard_search(regressions, v_kernel, grids.get("lam1", LAMBDA_GRID), "lam1" in grids,
@@ -1059,9 +1062,12 @@ def _proxy_readout(mode: str, design, prepared: dict) -> bool:
     return not uses_first_stage(mode) or all(first.get(arm, "kernel") == "kernel" for arm in design.arms)
 
 
-def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True):
+def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True, moved: dict | None = None):
     """The V search's start: for a covariate whose X bandwidth stage 1 learned, that bandwidth (as a log2 factor
-    of V's rule); the rule's own elsewhere, and, unless ``dropped``, for a covariate stage 1 dropped.
+    of V's rule); the rule's own elsewhere, and, unless ``dropped``, for a covariate stage 1 dropped.  With
+    ``moved`` ({group label: whether stage 1's search moved it off X's rule}), only the moved covariates start at
+    stage 1's bandwidth: an unmoved one carries X's rule, a median distance over all of X's columns, not
+    anything stage 1 learned about the covariate.
 
     The stage-1 regression (φ(Y) on X) sees the same covariates with far less
     noisy targets than the second stage's pseudo-outcomes, whose leave-one-out
@@ -1074,7 +1080,7 @@ def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True)
     start = np.zeros(len(v_kernel.groups))
     for i, g in enumerate(v_kernel.groups):
         rule = v_kernel.bandwidth_array[g.columns[0]]
-        if g.label in learned and np.isfinite(rule):
+        if g.label in learned and np.isfinite(rule) and (moved is None or moved.get(g.label, False)):
             if np.isfinite(learned[g.label]):
                 start[i] = np.clip(np.log2(learned[g.label] / rule), low, high)
             elif dropped:
@@ -1222,7 +1228,12 @@ V_KERNEL_FROM = "smallest"
 #: ``results/v_search_start_*.txt``; README, "Automatic tuning"): against "stage1", "stage1-kept" changed only the
 #: cases where stage 1 drops a V covariate, none for the worse ("choose" 0.993: sparse_v10 0.97 / 0.94; "report"
 #: 0.990 without ``through_w``: ihdp_all25 0.84 / 0.95); "rule" was better on "choose" (0.976) but not on
-#: "report" (0.998; worse where V is categorical, whose pooling stage 1 sets better than the rule).
+#: "report" (0.998; worse where V is categorical, whose pooling stage 1 sets better than the rule); rerun against
+#: "stage1-kept" at 5481353 (``results/v_start_rule_*.txt``): 0.997 and 1.033.  "stage1-moved" starts at stage 1's
+#: bandwidth only the covariates whose stage-1 search moved them off X's rule, the others at V's rule (an unmoved
+#: X bandwidth is X's median rule, wider the more columns X has): "choose" 0.995 (mixed_v's control arm 0.963),
+#: "report" 1.000 (5 better, 2 worse: nhefs_education's control arm 1.11), the same fit time
+#: (``results/v_start_moved*_*.txt``), so the default stays.
 V_SEARCH_START = "stage1-kept"
 #: What the doubly robust V search regresses on V: "pseudo", the pseudo-outcomes ξ̂ (whose leave-one-out criterion
 #: the correction's noise flattens), or "plugin", their plug-in part μ̂₀(X), a smooth function of X whose regression
