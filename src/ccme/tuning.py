@@ -740,6 +740,8 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             pick = rows[_subsample(rows, rng, ARD_UNITS["X"])]
             problems.append(_ArdProblem(Z=Xo[pick], T=G[pick], weight=len(rows) / len(nuisance), lam=lam0[arm],
                                         w=weights_of(pick)))
+        if X_KERNEL_FROM != "all":
+            problems = [p for arm, p in zip(arms, problems) if str(arm) == X_KERNEL_FROM]
         theta, visits, count = _ard_search(problems, x_kernel, grids.get("lam0", LAMBDA_GRID), "lam0" in grids,
                                            n_threads)
         tuned_x = _ard_kernel(x_kernel, theta)
@@ -1216,6 +1218,11 @@ ARD_STAGE2_GUARD = 1.0
 #: the smallest bandwidth of one search per arm (tune_ridge); with fewer arms, one search on the arms' summed
 #: criterion, the rule before it (3 restores it for binary treatments: benchmarks/v_bandwidth_rule.py compares).
 PER_ARM_V_SEARCH_ARMS = 2
+#: Whose leave-one-out errors the X search sums: "all", every arm's (each with its λ₀; the default), or one arm's
+#: code as a string ("1", "0"), that arm's alone, its X kernel then used by every arm.  A diagnostic, as
+#: :data:`V_KERNEL_FROM` is: scoring each arm under its own search bounds what an X kernel per arm would gain
+#: (``benchmarks/results/x_kernel_from_*.txt``).
+X_KERNEL_FROM = "all"
 #: Which of those searches sets the shared V kernel: "smallest", per group the smallest bandwidth of the arms
 #: (the default), or one arm's code as a string ("1", "0"), its own search's bandwidths for every arm.  The
 #: second is a diagnostic: scoring each arm under its own search bounds what a V kernel per arm would gain
