@@ -60,6 +60,15 @@ def parse_setting(text: str) -> tuple[str, str, str | None, list]:
     return module, name, key, [kind(v) for v in values.split(",")]
 
 
+def provenance(frame: pd.DataFrame) -> str:
+    """Where a value's rows come from: their commits and the span of their finishing times.  A value's CSV is
+    resumable, so its rows may come from an earlier run (a reused baseline): its fit seconds then compare only
+    loosely, the machine's load and the --parallel setting having differed."""
+    commits = ", ".join(f"{c}{'+' if d else ''}" for c, d in
+                        frame[["commit", "dirty"]].drop_duplicates().itertuples(index=False))
+    return f"{commits}, finished {frame.finished.min()} to {frame.finished.max()}"
+
+
 def compare(frames: dict, config: str = "ridge_dr") -> list[str]:
     """Per case and arm: the mean ISE under each value and its ratio to the first (the baseline)."""
     values = list(frames)
@@ -82,6 +91,7 @@ def compare(frames: dict, config: str = "ridge_dr") -> list[str]:
         lines.append(f"  geometric mean ratio {np.exp(np.mean(np.log(r))):.3f} over {len(r)} case-arms; "
                      f"better by > 1%: {int(np.sum(r < 0.99))}, worse by > 1%: {int(np.sum(r > 1.01))}; "
                      f"fit seconds {base.seconds.sum():.0f} -> {new.seconds.sum():.0f}")
+        lines.append(f"  rows: base {provenance(base)}; new {provenance(new)}")
     return lines
 
 
