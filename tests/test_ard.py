@@ -300,6 +300,39 @@ def test_v_search_start_where_stage_one_moved():
     assert tuning._warm_start(v_kernel, None) is None
 
 
+def test_kernel_of_one_arm(monkeypatch):
+    """The diagnostics X_KERNEL_FROM / V_KERNEL_FROM give one arm's own search to both arms.
+
+    Here the treated outcome moves with x1 only and the control one with x2 only: arm 1's X search drops x2,
+    arm 0's all but drops x1 (8.7 against 0.18 at this seed), and the default shared V kernel is, per covariate,
+    the smaller of the two arms' own V bandwidths (each arm's own search drops the other's covariate).
+    """
+    rng = np.random.default_rng(3)
+    n = 800
+    x1, x2, x3 = rng.standard_normal((3, n))
+    a = rng.binomial(1, 0.5, n)
+    y = np.where(a == 1, 2 * np.sin(2 * x1), 2 * np.sin(2 * x2)) + 0.3 * rng.standard_normal(n)
+    data = pd.DataFrame({"y": y, "a": a, "x1": x1, "x2": x2, "x3": x3})
+
+    def kernels():
+        res = ccme.fit("y ~ a | x1 + x2 | x3", data, seed=1, propensity=np.full(n, 0.5))
+        return res.kernels["x"].bandwidth_array, res.kernels["v"].bandwidth_array
+
+    monkeypatch.setattr(tuning, "X_KERNEL_FROM", "1")
+    x_treated, _ = kernels()
+    assert np.isfinite(x_treated[0]) and np.isinf(x_treated[1])
+    monkeypatch.setattr(tuning, "X_KERNEL_FROM", "0")
+    x_control, _ = kernels()
+    assert x_control[0] > 10 * x_control[1]
+    monkeypatch.setattr(tuning, "X_KERNEL_FROM", "all")
+    own = {}
+    for arm in ("1", "0", "smallest"):
+        monkeypatch.setattr(tuning, "V_KERNEL_FROM", arm)
+        own[arm] = kernels()[1]
+    assert np.isinf(own["1"][1]) and np.isinf(own["0"][0])
+    np.testing.assert_array_equal(own["smallest"], np.minimum(own["1"], own["0"]))
+
+
 def test_dr_second_stage_penalty_factor(monkeypatch):
     """ccme.tuning.DR_SECOND_STAGE_PENALTY scales the leave-one-out λ₁ (the correction's), not λ₁ᵖ, and says so."""
     data, formula = _through_confounder(2), "y ~ a | v1 + v2 | w1 + w2"
