@@ -331,6 +331,11 @@ def test_kernel_of_one_arm(monkeypatch):
         own[arm] = kernels()[1]
     assert np.isinf(own["1"][1]) and np.isinf(own["0"][0])
     np.testing.assert_array_equal(own["smallest"], np.minimum(own["1"], own["0"]))
+    for setting in ("X_KERNEL_FROM", "V_KERNEL_FROM"):
+        monkeypatch.setattr(tuning, setting, "2")
+        with pytest.raises(ccme.errors.ParameterError, match=f"{setting} = '2' names none of the arms"):
+            kernels()
+        monkeypatch.undo()
 
 
 def test_dr_second_stage_penalty_factor(monkeypatch):

@@ -741,7 +741,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             problems.append(_ArdProblem(Z=Xo[pick], T=G[pick], weight=len(rows) / len(nuisance), lam=lam0[arm],
                                         w=weights_of(pick)))
         if X_KERNEL_FROM != "all":
-            problems = [p for arm, p in zip(arms, problems) if str(arm) == X_KERNEL_FROM]
+            problems = [problems[list(arms).index(_named_arm(arms, X_KERNEL_FROM, "X_KERNEL_FROM"))]]
         theta, visits, count = _ard_search(problems, x_kernel, grids.get("lam0", LAMBDA_GRID), "lam0" in grids,
                                            n_threads)
         tuned_x = _ard_kernel(x_kernel, theta)
@@ -856,7 +856,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
                 # one-versus-rest fit's, benchmarks/multi_arm.py; two arms: README, "Automatic tuning").
                 per_arm = {arm: search([problem]) for arm, problem in _split_by_arm(problems[0], arms).items()}
                 theta = (np.min([found[0] for found in per_arm.values()], axis=0) if V_KERNEL_FROM == "smallest"
-                         else next(found[0] for arm, found in per_arm.items() if str(arm) == V_KERNEL_FROM))
+                         else per_arm[_named_arm(arms, V_KERNEL_FROM, "V_KERNEL_FROM")][0])
                 count = sum(found[2] for found in per_arm.values())
                 tuned_v = _ard_kernel(v_kernel, theta)
                 for arm, (theta_arm, visits, _) in per_arm.items():
@@ -1062,6 +1062,14 @@ def _proxy_readout(mode: str, design, prepared: dict) -> bool:
         return False
     first = prepared.get("first_stage") or {}
     return not uses_first_stage(mode) or all(first.get(arm, "kernel") == "kernel" for arm in design.arms)
+
+
+def _named_arm(arms, code: str, setting: str):
+    """The arm whose code, as a string, is ``code`` (the diagnostics X_KERNEL_FROM and V_KERNEL_FROM)."""
+    for arm in arms:
+        if str(arm) == code:
+            return arm
+    raise ParameterError(f"ccme.tuning.{setting} = {code!r} names none of the arms {[str(a) for a in arms]}")
 
 
 def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True, moved: dict | None = None):
