@@ -463,7 +463,9 @@ PLUGIN_PENALTY_SEARCH = True
 #: lets the arm with the noisier pseudo-outcomes (the smaller arm: larger inverse-propensity weights) set the
 #: smoothing of the other; per arm costs one more factorisation of K_V per fold.  Measured on the zoo's "choose"
 #: split (``benchmarks/tuning_rule.py``, ``results/dr_penalties_by_arm_choose.txt``; README, "Accuracy zoo"): 0.987,
-#: 4 case-arms better and 4 worse by more than 1%, 14% more fit time, so the shared choice stays.
+#: 4 case-arms better and 4 worse by more than 1%, 14% more fit time, so the shared choice stays.  Rerun at ba77778
+#: on both splits (``results/dr_penalties_by_arm_s19_*.txt``): "choose" 0.999, "report" 1.000 (ihdp_site's treated
+#: arm 0.92, nsw_race's control arm 1.15).
 DR_PENALTIES_BY_ARM = False
 #: What the doubly robust correction's penalty λ₁ is chosen on: "whole", the leave-one-out error of one ridge
 #: regression of the whole pseudo-outcome ξ̂ on V (its plug-in part then gets λ₁ᵖ of its own); "split", the
