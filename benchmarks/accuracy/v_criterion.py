@@ -47,7 +47,6 @@ FACTORS = (0.5, 0.7, 1.0, 1.41, 1.9)
 
 def one_seed(case, seed: int) -> dict:
     problem = Problem(case, getattr(case, "n", None), seed, 300)
-    tuning.DR_PENALTIES_BY_ARM = True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         searched = ccme.fit(problem.formula, problem.data, seed=seed,
@@ -69,7 +68,7 @@ def rkhs_error(res, problem, arm: int) -> float:
     integrated on the zoo's outcome grid."""
     embedding = res.embedding(arm)
     h = float(embedding.rkhs_kernel.bandwidth_array[0])
-    atoms, weights = embedding.weights(v=res._v(problem.v))
+    atoms, weights = embedding.weights(v=problem.v)
     grid = problem.grid.points.ravel()
     truth = problem.truth[arm] * np.gradient(grid)          # (n_v, G): masses on the grid
 
@@ -88,6 +87,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="1,2,3")
     args = parser.parse_args(argv)
     case = CASES[args.case]
+    tuning.DR_PENALTIES_BY_ARM = True      # one criterion curve per arm (and penalties per arm in the fixed fits)
     print(f"{args.case}: per arm, the leave-one-out criterion (min over lambda1), the ISE and the RKHS error at each factor of "
           f"V's rule bandwidth")
     for seed in (int(s) for s in args.seeds.split(",")):

@@ -742,7 +742,7 @@ def tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0):
             pick = rows[_subsample(rows, rng, ARD_UNITS["X"])]
             problems.append(_ArdProblem(Z=Xo[pick], T=G[pick], weight=len(rows) / len(nuisance), lam=lam0[arm],
                                         w=weights_of(pick)))
-        if X_KERNEL_FROM != "all":
+        if X_KERNEL_FROM != "all":  # after every arm's draw, so the seeded stream stays the default's
             problems = [problems[list(arms).index(_named_arm(arms, X_KERNEL_FROM, "X_KERNEL_FROM"))]]
         theta, visits, count = _ard_search(problems, x_kernel, grids.get("lam0", LAMBDA_GRID), "lam0" in grids,
                                            n_threads)
