@@ -321,6 +321,26 @@ def test_augmented_readout_criterion_is_its_own_curves_minimum(data, monkeypatch
     assert res.penalties["lam1"] == base.penalties["lam1"]
 
 
+def test_unweighted_readout_criterion_is_its_own_curves_minimum(data, monkeypatch):
+    """READOUT_WEIGHTS "none": the doubly robust read-out bandwidth minimises the unweighted ISE-CV, a different
+    curve from the inverse-propensity-weighted one; an unknown value is refused by name."""
+    from ccme import tuning
+    from ccme.errors import ParameterError
+
+    base = ccme.fit(F, data, seed=3, propensity="forest")
+    monkeypatch.setattr(tuning, "READOUT_WEIGHTS", "none")
+    res = ccme.fit(F, data, seed=3, propensity="forest")
+    for arm in (1, 0):
+        mine, theirs = ([c for c in r.tuning.curves if c.parameter == "y_bandwidth" and c.arm == arm][0]
+                        for r in (res, base))
+        assert mine.chosen == mine.values[int(np.argmin(mine.criterion))]
+        assert not np.allclose(mine.criterion, theirs.criterion)
+    assert res.penalties == base.penalties
+    monkeypatch.setattr(tuning, "READOUT_WEIGHTS", "hajek")
+    with pytest.raises(ParameterError, match="READOUT_WEIGHTS"):
+        ccme.fit(F, data, seed=3, propensity="forest")
+
+
 def _one_se_twin(terms, steps):
     """The one-standard-error rule by hand: the widest factor (one grid step at most with ``steps``) whose summed
     criterion exceeds the minimum by no more than √m × the sample sd of the units' paired differences."""
