@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,8 @@ _RUN_ITEM = ("import sys, importlib; sys.path.insert(0, {root!r}); m = importlib
 
 def parse_setting(text: str) -> tuple[str, str, str | None, list]:
     """"pkg.module.NAME=1,0.3" -> ("pkg.module", "NAME", None, [1, 0.3]), the values typed like the current one;
-    "pkg.module.NAME[KEY]=..." names one entry of a dict constant (KEY a string)."""
+    "pkg.module.NAME[KEY]=..." names one entry of a dict constant (KEY a string); a tuple constant (a grid) takes
+    values separated by ";", each a space-separated list: "NAME=0.5 1 2;0.25 0.5 1 2"."""
     target, _, values = text.partition("=")
     module, _, name = target.rpartition(".")
     name, _, key = name.partition("[")
@@ -57,8 +59,17 @@ def parse_setting(text: str) -> tuple[str, str, str | None, list]:
         if any(v.lower() not in flags for v in values.split(",")):
             raise SystemExit(f"{name} is a flag: give True/False (or 1/0); got {values!r}")
         return module, name, key, [flags[v.lower()] for v in values.split(",")]
+    if isinstance(current, tuple):      # a grid: values separated by ";", each a space-separated list
+        return module, name, key, [tuple(float(x) for x in v.split()) for v in values.split(";")]
     kind = type(current) if isinstance(current, (int, float, str)) else float
     return module, name, key, [kind(v) for v in values.split(",")]
+
+
+def value_label(value) -> str:
+    """A value as it appears in file names and tables: a grid as its first and last points and its length."""
+    if isinstance(value, tuple):
+        return f"{value[0]:g}-{value[-1]:g}x{len(value)}"
+    return str(value)
 
 
 def provenance(frame: pd.DataFrame) -> str:
@@ -79,7 +90,7 @@ def compare(frames: dict, config: str = "ridge_dr") -> list[str]:
     for value in values[1:]:
         new = frames[value][frames[value].config == config]
         m = base.merge(new, on=["case", "seed"], suffixes=("_old", "_new"))
-        lines.append(f"{values[0]} -> {value}")
+        lines.append(f"{value_label(values[0])} -> {value_label(value)}")
         lines.append(f"  {'case':16s} {'arm 1: base':>12s} {'new':>9s} {'ratio':>6s}   {'arm 0: base':>12s} "
                      f"{'new':>9s} {'ratio':>6s}")
         ratios = []
@@ -109,7 +120,7 @@ def main(argv=None) -> int:
     tag = args.tag or next((rest[i + 1] for i, a in enumerate(rest) if a == "--split"), "cases")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     stem = args.stem or name.lower()
-    outs = {v: RESULTS / f"{stem}_{tag}_{v}.csv" for v in values}
+    outs = {v: RESULTS / f"{stem}_{tag}_{value_label(v)}.csv" for v in values}
     procs = []
     for v in values:
         command = [sys.executable, "-c", (_RUN if key is None else _RUN_ITEM).format(
@@ -123,7 +134,7 @@ def main(argv=None) -> int:
     if any(proc.wait() for proc in procs):
         raise SystemExit("a run failed")
     frames = {v: pd.read_csv(outs[v]) for v in values}
-    text = "\n".join([f"$ python benchmarks/tuning_rule.py {' '.join(argv or sys.argv[1:])}", *compare(frames, args.config)])
+    text = "\n".join([f"$ python benchmarks/tuning_rule.py {shlex.join(argv or sys.argv[1:])}", *compare(frames, args.config)])
     (RESULTS / f"{stem}_{tag}.txt").write_text(text + "\n")
     print(text)
     return 0
