@@ -338,6 +338,32 @@ def test_kernel_of_one_arm(monkeypatch):
         monkeypatch.undo()
 
 
+def test_v_ard_shift_scales_the_kept_v_bandwidths(monkeypatch):
+    """The diagnostic V_ARD_SHIFT multiplies each V bandwidth the search keeps by 2^shift, after the search (so by
+    exactly that factor), and leaves a dropped covariate dropped; the relevance table reports the shifted factors."""
+    rng = np.random.default_rng(3)
+    n = 600
+    v1, v2, x = rng.standard_normal((3, n))
+    a = rng.binomial(1, 0.5, n)
+    y = np.sin(2 * v1) + 0.5 * a + 0.3 * rng.standard_normal(n)
+    data = pd.DataFrame({"y": y, "a": a, "v1": v1, "v2": v2, "x": x})
+
+    def fit():
+        return ccme.fit("y ~ a | v1 + v2 | x", data, seed=1, propensity=np.full(n, 0.5)).tuning
+
+    base = fit()
+    monkeypatch.setattr(tuning, "V_ARD_SHIFT", -1.0)
+    shifted = fit()
+    before, after = np.array(base.chosen["v_bandwidth"]), np.array(shifted.chosen["v_bandwidth"])
+    kept = np.isfinite(before)
+    assert kept.any()
+    np.testing.assert_allclose(after[kept], before[kept] / 2, rtol=1e-12)
+    assert np.array_equal(np.isinf(after), np.isinf(before))
+    factors = {frame: r.relevance_frame().query("role == 'V'")["factor"].to_numpy() for frame, r in
+               (("base", base), ("shifted", shifted))}
+    np.testing.assert_allclose(factors["shifted"][kept], factors["base"][kept] / 2, rtol=1e-12)
+
+
 def test_dr_second_stage_penalty_factor(monkeypatch):
     """ccme.tuning.DR_SECOND_STAGE_PENALTY scales the leave-one-out λ₁ (the correction's), not λ₁ᵖ, and says so."""
     data, formula = _through_confounder(2), "y ~ a | v1 + v2 | w1 + w2"
