@@ -62,7 +62,14 @@ def parse_setting(text: str) -> tuple[str, str, str | None, list]:
     if isinstance(current, tuple):      # a grid: values separated by ";", each a space-separated list
         return module, name, key, [tuple(float(x) for x in v.split()) for v in values.split(";")]
     kind = type(current) if isinstance(current, (int, float, str)) else float
-    return module, name, key, [kind(v) for v in values.split(",")]
+
+    def typed(v):   # a named value of a numeric setting (e.g. "readout") stays a string
+        try:
+            return kind(v)
+        except ValueError:
+            return v
+
+    return module, name, key, [typed(v) for v in values.split(",")]
 
 
 def value_label(value) -> str:

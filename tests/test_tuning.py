@@ -341,6 +341,32 @@ def test_unweighted_readout_criterion_is_its_own_curves_minimum(data, monkeypatc
         ccme.fit(F, data, seed=3, propensity="forest")
 
 
+def test_criterion_outcome_kernel_factor(data, tuned, monkeypatch):
+    """CRITERION_Y_FACTOR widens only the criteria's outcome kernel: the features span the Gram matrix of the
+    widened kernel, the embedding's kernel is unchanged; "readout" is the numeric factor √2 σ_y / h of the
+    default fit's read-out bandwidths, applied in a second pass (the same choices as that factor given directly)."""
+    from ccme import tuning
+    from ccme.kernels import Kernel
+
+    Y = data[["y"]].to_numpy()[:200]
+    base = tuned.kernels["y"]
+    G = tuning._outcome_features(Y, base, 1, factor=2.0)[np.arange(len(Y))]
+    wide = Kernel(base.name, tuple(base.bandwidth_array * 2.0))
+    gram = ccme._backend.gram(Y, Y, wide.name, wide.bandwidth_array, normalized=True)
+    np.testing.assert_allclose(G @ G.T / (G @ G.T)[0, 0], gram / gram[0, 0], atol=1e-6)
+
+    h = float(base.bandwidth_array[0])
+    factor = float(np.sqrt(2.0) * np.exp(np.mean(np.log(list(tuned.tuning.chosen["y_bandwidth"].values())))) / h)
+    chosen = {}
+    for value in (factor, "readout"):
+        monkeypatch.setattr(tuning, "CRITERION_Y_FACTOR", value)
+        res = ccme.fit(F, data, seed=3, propensity="forest")
+        chosen[value] = res.tuning.chosen
+        assert res.kernels["y"].bandwidth == base.bandwidth
+    assert chosen["readout"] == chosen[factor] != tuned.tuning.chosen
+    assert any(note.startswith("the criteria's outcome kernel") for note in res.tuning.notes)
+
+
 def _one_se_twin(terms, steps):
     """The one-standard-error rule by hand: the widest factor (one grid step at most with ``steps``) whose summed
     criterion exceeds the minimum by no more than √m × the sample sd of the units' paired differences."""
