@@ -305,39 +305,29 @@ def test_dr_correction_by_arm_chooses_each_arms_minimum(data, monkeypatch):
         assert res.penalties["lam1"][arm] == pytest.approx(curve.values[int(np.argmin(curve.criterion))])
 
 
-def test_augmented_readout_criterion_is_its_own_curves_minimum(data, monkeypatch):
-    """READOUT_AUGMENTED: the doubly robust read-out bandwidth is the minimiser of the augmented criterion, a
-    different curve from the weighted one; λ₁ is not searched."""
+@pytest.mark.parametrize("setting, value", [("READOUT_AUGMENTED", True), ("READOUT_WEIGHTS", "none")])
+def test_alternative_readout_criterion_is_its_own_curves_minimum(data, tuned, monkeypatch, setting, value):
+    """READOUT_AUGMENTED (the augmented criterion) and READOUT_WEIGHTS "none" (the held-out units unweighted): the
+    doubly robust read-out bandwidth minimises the alternative criterion, a different curve from the weighted one;
+    the penalties are not searched again."""
     from ccme import tuning
 
-    base = ccme.fit(F, data, seed=3, propensity="forest")
-    monkeypatch.setattr(tuning, "READOUT_AUGMENTED", True)
+    monkeypatch.setattr(tuning, setting, value)
     res = ccme.fit(F, data, seed=3, propensity="forest")
     for arm in (1, 0):
         mine, theirs = ([c for c in r.tuning.curves if c.parameter == "y_bandwidth" and c.arm == arm][0]
-                        for r in (res, base))
+                        for r in (res, tuned))
         assert mine.chosen == mine.values[int(np.argmin(mine.criterion))]
         assert not np.allclose(mine.criterion, theirs.criterion)
-    assert res.penalties["lam1"] == base.penalties["lam1"]
+    assert res.penalties == tuned.penalties
 
 
-def test_unweighted_readout_criterion_is_its_own_curves_minimum(data, monkeypatch):
-    """READOUT_WEIGHTS "none": the doubly robust read-out bandwidth minimises the unweighted ISE-CV, a different
-    curve from the inverse-propensity-weighted one; an unknown value is refused by name."""
+def test_unknown_readout_weights_are_refused(data, monkeypatch):
     from ccme import tuning
     from ccme.errors import ParameterError
 
-    base = ccme.fit(F, data, seed=3, propensity="forest")
-    monkeypatch.setattr(tuning, "READOUT_WEIGHTS", "none")
-    res = ccme.fit(F, data, seed=3, propensity="forest")
-    for arm in (1, 0):
-        mine, theirs = ([c for c in r.tuning.curves if c.parameter == "y_bandwidth" and c.arm == arm][0]
-                        for r in (res, base))
-        assert mine.chosen == mine.values[int(np.argmin(mine.criterion))]
-        assert not np.allclose(mine.criterion, theirs.criterion)
-    assert res.penalties == base.penalties
     monkeypatch.setattr(tuning, "READOUT_WEIGHTS", "hajek")
-    with pytest.raises(ParameterError, match="READOUT_WEIGHTS"):
+    with pytest.raises(ParameterError, match="READOUT_WEIGHTS must be 'inverse-propensity' or 'none'; got 'hajek'"):
         ccme.fit(F, data, seed=3, propensity="forest")
 
 
