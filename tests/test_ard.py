@@ -338,30 +338,37 @@ def test_kernel_of_one_arm(monkeypatch):
         monkeypatch.undo()
 
 
-def test_v_ard_shift_scales_the_kept_v_bandwidths(monkeypatch):
+@pytest.mark.parametrize("groups", ["all", "categorical"])
+def test_v_ard_shift_scales_the_kept_v_bandwidths(monkeypatch, groups):
     """The diagnostic V_ARD_SHIFT multiplies each V bandwidth the search keeps by 2^shift, after the search (so by
-    exactly that factor), and leaves a dropped covariate dropped; the relevance table reports the shifted factors."""
+    exactly that factor), of every group or (V_ARD_SHIFT_GROUPS "categorical") of the binary one only, and leaves a
+    dropped covariate dropped; the relevance table reports the shifted factors."""
     rng = np.random.default_rng(3)
     n = 600
     v1, v2, x = rng.standard_normal((3, n))
-    a = rng.binomial(1, 0.5, n)
-    y = np.sin(2 * v1) + 0.5 * a + 0.3 * rng.standard_normal(n)
-    data = pd.DataFrame({"y": y, "a": a, "v1": v1, "v2": v2, "x": x})
+    a, b = rng.binomial(1, 0.5, (2, n))
+    y = np.sin(2 * v1) + b + 0.5 * a + 0.3 * rng.standard_normal(n)
+    data = pd.DataFrame({"y": y, "a": a, "v1": v1, "v2": v2, "b": b, "x": x})
 
     def fit():
-        return ccme.fit("y ~ a | v1 + v2 | x", data, seed=1, propensity=np.full(n, 0.5)).tuning
+        return ccme.fit("y ~ a | v1 + v2 + C(b) | x", data, seed=1, propensity=np.full(n, 0.5)).tuning
 
     base = fit()
     monkeypatch.setattr(tuning, "V_ARD_SHIFT", -1.0)
+    monkeypatch.setattr(tuning, "V_ARD_SHIFT_GROUPS", groups)
     shifted = fit()
     before, after = np.array(base.chosen["v_bandwidth"]), np.array(shifted.chosen["v_bandwidth"])
-    kept = np.isfinite(before)
-    assert kept.any()
-    np.testing.assert_allclose(after[kept], before[kept] / 2, rtol=1e-12)
-    assert np.array_equal(np.isinf(after), np.isinf(before))
+    # Columns v1, v2 and C(b)'s two indicators; groups v1, v2 and C(b) (kept: b moves the outcome).
+    assert base.relevance_frame().query("role == 'V'")["kind"].tolist() == ["numeric", "numeric", "categorical"]
+    in_b = np.arange(4) >= 2
+    moved = np.isfinite(before) & (in_b if groups == "categorical" else True)
+    assert np.all(moved[in_b]) and np.any(moved[~in_b]) == (groups == "all")
+    np.testing.assert_allclose(after[moved], before[moved] / 2, rtol=1e-12)
+    np.testing.assert_array_equal(after[~moved], before[~moved])
     factors = {frame: r.relevance_frame().query("role == 'V'")["factor"].to_numpy() for frame, r in
                (("base", base), ("shifted", shifted))}
-    np.testing.assert_allclose(factors["shifted"][kept], factors["base"][kept] / 2, rtol=1e-12)
+    moved_groups = np.isfinite(factors["base"]) & (np.arange(3) == 2 if groups == "categorical" else True)
+    np.testing.assert_allclose(factors["shifted"][moved_groups], factors["base"][moved_groups] / 2, rtol=1e-12)
 
 
 def test_dr_second_stage_penalty_factor(monkeypatch):
