@@ -33,7 +33,10 @@ ISE* 0.0024-0.0032 at factors 0.7-1.9).  The MMDw column ranks them as ISE*
 does (at seeds 1 and 3; at seed 2 from four times the width, scratch): the
 wider read-out discards the higher-frequency noise of less pooling, which
 the embedding's narrower kernel weighs.  A criterion in that wider kernel
-did not pay on the zoo (``ccme.tuning.CRITERION_Y_FACTOR``).
+did not pay on the zoo (``ccme.tuning.CRITERION_Y_FACTOR``).  On ``mixed_v``
+(``results/v_criterion_mixed_v.txt``) the control arm's ISE* is smallest at
+0.5 and its criterion's minimum lies at 1.0-1.41 at every seed, but MMDw
+prefers 1.0 as well: the wide kernel does not explain that gap.
 
     python benchmarks/accuracy/v_criterion.py --case ihdp_site --seeds 1,2,3
 """
