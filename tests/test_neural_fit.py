@@ -147,6 +147,23 @@ def test_user_and_random_grids(data):
     assert np.all(np.isin(res.hyperparameters["grid"][:, 0], data["y"]))
 
 
+def test_quantile_grid_is_numpys_quantiles_of_the_distinct_outcomes():
+    """grid="quantile": the j/(M − 1) quantiles of the distinct outcome values, from the smallest to the largest (a
+    point mass takes one point); refused for a bivariate outcome and for more points than distinct values."""
+    from ccme.estimators.neural_kernel import make_grid
+
+    rng = np.random.default_rng(4)
+    Y = np.concatenate([np.zeros(300), rng.lognormal(size=200)])[:, None]     # earnings-like: 60% zeros
+    grid = make_grid("quantile", Y, 8, seed=0)[:, 0]
+    distinct = np.unique(Y[:, 0])
+    np.testing.assert_allclose(grid, [np.quantile(distinct, j / 7) for j in range(8)])
+    assert grid[0] == 0.0 and grid[-1] == Y.max() and np.sum(grid < distinct[1]) == 1 and np.all(np.diff(grid) > 0)
+    with pytest.raises(ccme.ParameterError, match="one-dimensional outcome"):
+        make_grid("quantile", np.column_stack([Y, Y]), 8, seed=0)
+    with pytest.raises(ccme.ParameterError, match="takes only 3 distinct values"):
+        make_grid("quantile", np.array([[0.0], [1.0], [2.0], [1.0]]), 4, seed=0)
+
+
 def test_without_torch_neural_methods_say_how_to_install(data, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)   # makes `import torch` raise ImportError
     for method in ("deep_feature", "neural_kernel"):
