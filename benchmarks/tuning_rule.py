@@ -7,8 +7,8 @@ value is the baseline) in a fresh process per value, runs the zoo's runner
 per case and arm, the mean ISE under each value and its ratio to the
 baseline, with the geometric mean over case-arms and, as a measure of the
 zoo's resolution, the geometric mean of the per-seed ratios with its 95%
-interval over the case-seeds (:func:`paired_interval`; about ±2.5% on the
-"report" cases and ±3.5-4% on "choose" at three seeds, ridge DR)::
+interval over the case-seeds (:func:`paired_interval`; up to ±2.5% on the
+"report" cases and ±3-4.5% on "choose" at three seeds, ridge DR)::
 
     python benchmarks/tuning_rule.py --setting ccme.tuning.DR_FIRST_STAGE_PENALTY=1,0.3,0.1 \\
         --split choose --seeds 1,2,3 --eval-points 150
