@@ -19,6 +19,17 @@ def test_repr_is_short(res):
     assert "\n" not in text and len(text) < 150
 
 
+def test_tuning_reprs_are_short(res):
+    """The tuning report and its curves print one short line each (their arrays are in to_frame())."""
+    text = repr(res.tuning)
+    assert text.startswith("TuningReport(chose x_bandwidth, lam0, v_bandwidth, lam1, lam1_plugin, y_bandwidth; ")
+    assert "\n" not in text and len(text) < 200
+    y_curve = next(c for c in res.tuning.curves if c.parameter == "y_bandwidth" and c.arm == 0)
+    assert repr(y_curve) == (f"TuningCurve(y_bandwidth: {len(y_curve.values)} values, weighted ISE-CV, "
+                             f"chosen {y_curve.chosen:.4g}, arm 0)")
+    assert all("\n" not in repr(c) and len(repr(c)) < 150 for c in res.tuning.curves)
+
+
 def test_summary_prints_like_r(res):
     s = res.summary()
     text = str(s)

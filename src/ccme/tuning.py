@@ -224,6 +224,12 @@ class TuningCurve:
     STATE_VERSION = 2
     _STATE_FIELDS = ("parameter", "values", "criterion", "criterion_name", "chosen", "arm", "factor", "group")
 
+    def __repr__(self) -> str:
+        where = "".join(f", {name} {value}" for name, value in (("arm", self.arm), ("group", self.group),
+                                                                ("factor", self.factor)) if value is not None)
+        return (f"TuningCurve({self.parameter}: {len(self.values)} values, {self.criterion_name}, "
+                f"chosen {float(self.chosen):.4g}{where})")
+
     def to_state(self) -> dict:
         """The curve as a versioned state for :mod:`ccme.io` (its fields as they are)."""
         from .io import make_state
@@ -306,6 +312,11 @@ class TuningReport:
                   for name, value in state["chosen"].items()}
         return cls(chosen=chosen, curves=[TuningCurve.from_state(curve) for curve in state["curves"]],
                    seconds=state["seconds"], notes=list(state["notes"]), relevance=[dict(r) for r in relevance])
+
+    def __repr__(self) -> str:
+        chosen = ", ".join(self.chosen) or "nothing"
+        return (f"TuningReport(chose {chosen}; {len(self.curves)} criterion curves, {len(self.notes)} notes, "
+                f"{self.seconds:.2f} s; .to_frame(), .relevance_frame())")
 
     def to_frame(self) -> pd.DataFrame:
         """One row per (curve, grid value); ``group`` names a per-group bandwidth curve's covariate group."""
