@@ -100,7 +100,7 @@ fig.tight_layout()
 # to 1.4 times ridge's; it has no ridge penalty, and the neural estimators add
 # the randomness of initialisation and early stopping, as the paper's Section
 # "Qualitative Assessment" also observes), and with its three repetitions it
-# is no faster than ridge at these sizes (2.5 to 6.6 s against 1.1 to 4.5 s).
+# is no faster than ridge at these sizes (about 2 to 6 s against 1 to 4 s).
 # Ridge's time at these sizes (a few seconds on this 2-core machine) is mostly
 # its automatic tuning and grows slowly; its cost grows like n³ eventually
 # (two n/2 × n/2 factorisations per fit: about 14 s at n = 20000 without

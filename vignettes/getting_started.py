@@ -197,12 +197,12 @@ qte.round(2)
 # modes of each arm, and the median QTE (8.89) is half as large again as the
 # mean difference (5.76), while at the lower quartile it is 5.65.  The
 # estimates are within about 1.5 units of the truth except at the median at
-# v2, which sits in the valley (6.55 against 8.89): there few units fall, and
+# v2, which sits in the valley (6.52 against 8.89): there few units fall, and
 # a small error in the mass of a mode moves the quantile across the valley.
 # The quantiles in or next to a valley have the widest 95% intervals
-# (`conf_low`, `conf_high` in `eff`) of the table: 23 units at v2's median
-# and 27 at v1's lower quartile, where the lower component has probability
-# 0.25, against about 8 at the 0.9 level.  The quantiles
+# (`conf_low`, `conf_high` in `eff`) of the table: 52 and 47 units at v1's
+# lower quartile and median, where the lower component has probability
+# 0.25, and 24 at v2's median, against 6 and 10 at v2's 0.1 and 0.9 levels.  The quantiles
 # are read off the CDF, which the fit reads out with a kernel narrower than
 # the density's (`res.embedding(arm).cdf_kernel`, listed in the summary): a
 # CDF needs no smoothing, and the density's bandwidth would move quantiles

@@ -101,8 +101,8 @@ wide[["mean_diff", "qte", "wasserstein"]].round(2)
 # average effect (about 3.5 kg): about 2.6–2.9 kg for 30-year-olds and
 # 4.1 kg for 55-year-olds.  The conditional distributions add what the mean
 # cannot: the effect is not a location shift.  The quantile effects grow,
-# broadly, along the distribution — 1 to 3.6 kg at the 10th percentile,
-# 5.7 to 8.5 kg at the 90th — so quitting spreads the distribution of weight change and
+# broadly, along the distribution — 0.9 to 3.6 kg at the 10th percentile,
+# 5.7 to 8.6 kg at the 90th — so quitting spreads the distribution of weight change and
 # stretches its upper tail: some quitters gain a lot, others little.  The
 # risk of a large gain is where this shows most: the probability of gaining
 # more than 10 kg, under each scenario, is
@@ -115,7 +115,7 @@ risk.round(2)
 
 # %% [markdown]
 # Quitting more than doubles the risk of gaining more than 10 kg for
-# 30-year-olds (0.13–0.14 to 0.28–0.30), and more than triples it for
+# 30-year-olds (0.12–0.14 to 0.28–0.30), and more than triples it for
 # 55-year-olds (0.05–0.07 to about 0.24), for whom such gains are rare
 # without quitting.
 
