@@ -357,6 +357,18 @@ def test_criterion_outcome_kernel_factor(data, tuned, monkeypatch):
     assert any(note.startswith("the criteria's outcome kernel") for note in res.tuning.notes)
 
 
+def test_a_choice_on_its_grids_edge_says_which_entry_to_extend(data):
+    """A penalty grid whose smallest value is chosen, and a read-out grid whose largest is, each get a note naming
+    the tune= entry and the direction (bandwidth entries are factors of the rule)."""
+    res = ccme.fit(F, data, seed=3, propensity="forest", tune={"lam1": [0.3, 1.0, 3.0], "y_bandwidth": [0.05, 0.1, 0.2]})
+    assert res.penalties["lam1"][1] == 0.3
+    assert ("lam1 chose the smallest value of its grid (0.3); consider extending the grid: tune={'lam1': [...]} "
+            "with smaller values") in res.tuning.notes
+    assert any(note.startswith("y_bandwidth (treated) chose the largest value of its grid") and
+               note.endswith("tune={'y_bandwidth': [...]} with larger factors of the rule's bandwidth")
+               for note in res.tuning.notes)
+
+
 def _one_se_twin(terms, steps):
     """The one-standard-error rule by hand: the widest factor (one grid step at most with ``steps``) whose summed
     criterion exceeds the minimum by no more than √m × the sample sd of the units' paired differences."""

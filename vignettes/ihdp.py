@@ -111,7 +111,7 @@ pd.DataFrame({mode: {f"ISE arm {a}": ise(r, a) for a in (1, 0)} for mode, r in f
 # treated children, some clipped, are far from uniform (ISE 0.0043 for
 # `onestep` against 0.0155 for `dr`; `pi`, 0.009, is in between).  For the
 # control arm, where μ₀ varies strongly with the covariates, all four are
-# close on this replicate (0.0024 to 0.0036, `onestep` again the lowest).  Double robustness protects against a misspecified
+# close on this replicate (0.0030 to 0.0036, `pi` the lowest).  Double robustness protects against a misspecified
 # nuisance model; it does not make an estimate from 139 weighted units
 # precise.
 #

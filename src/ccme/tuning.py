@@ -2140,7 +2140,11 @@ def note_edges(report: TuningReport, treatment=None) -> None:
                 arm = ""
             else:
                 arm = f" ({('treated' if c.arm == 1 else 'control') if treatment is None else treatment.arm_name(c.arm)})"
-            note = f"{c.parameter}{arm} chose the {side} value of its grid ({c.chosen:.3g}); consider extending the grid"
+            # Bandwidth grids are factors of the rule (tune={"y_bandwidth": [...]} takes factors), penalties values.
+            what = "factors of the rule's bandwidth" if c.parameter.endswith("bandwidth") else "values"
+            direction = "smaller" if side == "smallest" else "larger"
+            note = (f"{c.parameter}{arm} chose the {side} value of its grid ({c.chosen:.3g}); consider extending the "
+                    f"grid: tune={{'{c.parameter}': [...]}} with {direction} {what}")
             if note not in report.notes:
                 report.notes.append(note)
 
