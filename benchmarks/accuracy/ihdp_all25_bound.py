@@ -114,7 +114,7 @@ def location_model(K, K_v, Y, y_grid, truth, grid) -> float:
         loo = (Y - fitted) / (1.0 - leverage)
         if np.mean(loo**2) < best_loo:
             best_loo, best_lam, residuals = np.mean(loo**2), lam, loo
-    mean = K_v.T @ np.linalg.solve(K + n * best_lam * np.eye(n), Y)
+    mean = K_v.T @ (evecs @ (proj / (evals + n * best_lam)))      # (K + nλI)⁻¹Y from the same eigenvectors
     iqr = np.subtract(*np.percentile(residuals, [75, 25]))
     s = 0.9 * min(np.std(residuals), iqr / 1.349) * n ** -0.2
     shifted = y_grid[None, None, :] - mean[:, None, None] - residuals[None, :, None]

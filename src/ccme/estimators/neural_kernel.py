@@ -97,14 +97,12 @@ def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
     if rule == "regular":
         return np.linspace(Y.min(), Y.max(), M)[:, None]
     unique = np.unique(Y, axis=0)
+    if len(unique) < M:
+        raise ParameterError(f"`M` = {M} grid points but the outcome takes only {len(unique)} distinct values")
     if rule == "quantile":
-        if len(unique) < M:
-            raise ParameterError(f"`M` = {M} grid points but the outcome takes only {len(unique)} distinct values")
         # Of the distinct values, so that a point mass (e.g. zero earnings) takes one grid point, not many; from
         # the smallest to the largest, as the regular grid.
         return np.quantile(unique[:, 0], np.linspace(0.0, 1.0, M))[:, None]
-    if len(unique) < M:
-        raise ParameterError(f"`M` = {M} grid points but the outcome takes only {len(unique)} distinct values")
     if rule == "random":
         rows = np.random.default_rng(seed).choice(len(unique), M, replace=False)
         return np.ascontiguousarray(unique[np.sort(rows)])
