@@ -76,6 +76,7 @@ CONFIGS = {
     "ridge_dr_folds5": ("ridge DR, folds=5", {"folds": 5}),
     "ridge_dr_hajek": ("ridge DR, Hajek weights", {"normalize_weights": True}),
     "ridge_dr_forest_hajek": ("ridge DR, forest + Hajek", {"propensity": "forest", "normalize_weights": True}),
+    "ridge_dr_location": ("ridge DR, location=linear", {"location": "linear"}),
     "oracle_grid": ("ridge DR, oracle hand grid", None),
     "marginal": ("marginal, ignores V (IPW KDE, true pi)", None),
     "deep_feature": ("Deep Feature DR (defaults)", {"method": "deep_feature"}),

@@ -206,6 +206,11 @@ def warn_caveat(res) -> None:
 
 def _linear_parts(res, arm: int) -> list:
     """Per fold, the linear second stages whose sum is its fold-arm (:func:`ccme.estimators.base.linear_terms`)."""
+    if res.embeddings[arm].location is not None:
+        # Its unit features would be needed at each V-point's own shifted outcome points, and the mean model's own
+        # uncertainty has no term yet: rather no band than an uncalibrated one.
+        raise ParameterError("the multiplier bootstrap (bands, tests, effect intervals) does not take a fit with "
+                             "location= yet: refit without it for inference")
     parts = [linear_terms(part) for part in res.embeddings[arm].parts]
     if not all(isinstance(t, LinearSecondStage) for terms in parts for t in terms):
         supported = sorted(name for name, est in ESTIMATORS.items() if est.supports_bootstrap)

@@ -102,6 +102,12 @@ class Embedding:
         The arm's label (for reprs and error messages).
     n_threads : int, default 0
         Threads of the compiled core (0: OpenMP's default).
+    location : ccme.location.LocationModel, optional
+        A location stage (``fit(location="linear")``): the fold-arms then
+        estimate the law of the residual R = Y − m̂(V), and the embedding at v
+        is theirs shifted by m̂(v), μ̂(v) = Σ_k c_k(v) φ(r_k + m̂(v)).  Every
+        functional below reads the shifted law; :meth:`weights` gives the
+        residual atoms r_k and :meth:`shift` the m̂(v).
 
     Examples
     --------
@@ -113,10 +119,13 @@ class Embedding:
     (2, 2)
     """
 
-    __slots__ = ("_parts", "_y_kernel", "_cdf_kernel", "_rkhs_kernel", "_range", "_encode", "_arm", "_n_threads")
+    __slots__ = ("_parts", "_y_kernel", "_cdf_kernel", "_rkhs_kernel", "_range", "_encode", "_arm", "_location",
+                 "_n_threads")
 
     def __init__(self, parts, y_kernel: Kernel, *, cdf_kernel: Kernel | None = None,
-                 rkhs_kernel: Kernel | None = None, outcome_range=None, encode=None, arm=None, n_threads: int = 0):
+                 rkhs_kernel: Kernel | None = None, outcome_range=None, encode=None, arm=None, n_threads: int = 0,
+                 location=None):
+        self._location = location
         self._parts = parts if isinstance(parts, _Parts) else _Parts(parts)
         self._y_kernel = y_kernel
         self._cdf_kernel = y_kernel if cdf_kernel is None else _check_readout(cdf_kernel, len(y_kernel.bandwidth))
@@ -185,6 +194,36 @@ class Embedding:
         return self._arm
 
     @property
+    def location(self):
+        """The location stage (:class:`ccme.location.LocationModel`), or None for an embedding of Y itself."""
+        return self._location
+
+    def shift(self, *, v) -> np.ndarray:
+        """m̂(v), the location the residual atoms are moved by at each V-point, shape (n_v, d_y); zeros without one.
+
+        Parameters
+        ----------
+        v : DataFrame or ndarray (n_v, d_v)
+            The V-points (as for :meth:`weights`).
+
+        Returns
+        -------
+        ndarray (n_v, d_y)
+
+        Examples
+        --------
+        >>> import ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1,
+        ...                location="linear")
+        >>> res.embedding(1).shift(v=ccme.datasets.PAPER_PROFILES).shape
+        (2, 1)
+        """
+        V = self._v(v)
+        if self._location is None:
+            return np.zeros((len(V), self.d_y))
+        return self._location.predict(V)
+
+    @property
     def n_threads(self) -> int:
         return self._n_threads
 
@@ -201,7 +240,8 @@ class Embedding:
         arm = "" if self._arm is None else f"arm {self._arm}, "
         state = f"{len(self.parts)} folds" if self._parts.built else "not built yet"
         cdf = "" if self._cdf_kernel == self._y_kernel else f", CDFs with {self._cdf_kernel.describe()}"
-        return f"<ccme.Embedding: {arm}{state}, read out with {self._y_kernel.describe()}{cdf}>"
+        located = "" if self._location is None else ", located by a linear mean in V"
+        return f"<ccme.Embedding: {arm}{state}, read out with {self._y_kernel.describe()}{cdf}{located}>"
 
     def pooled_with(self, others) -> "Embedding":
         """This embedding averaged with others of the same arm: their fold-arms pooled, read out as this one.
@@ -219,6 +259,11 @@ class Embedding:
         -------
         Embedding
 
+        Raises
+        ------
+        ParameterError
+            Embeddings with different location stages.
+
         Examples
         --------
         >>> import ccme
@@ -228,10 +273,12 @@ class Embedding:
         >>> a.pooled_with([b]).n_folds
         4
         """
+        if any(other._location is not self._location for other in others):
+            raise ParameterError("embeddings pooled together must share their location stage")
         sources = (self._parts, *(other._parts for other in others))
         return Embedding(lambda: [part for source in sources for part in source.get()], self._y_kernel,
                          cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range, encode=self._encode,
-                         arm=self._arm, n_threads=self._n_threads)
+                         arm=self._arm, n_threads=self._n_threads, location=self._location)
 
     def evaluated_at(self, *, v) -> "Embedding":
         """The same embedding with every fold-arm's weights computed once at the V-points ``v``.
@@ -266,7 +313,8 @@ class Embedding:
         V = self._v(v)
         parts = [EvaluatedArm(part, V, self._n_threads) for part in self.parts]
         return Embedding(parts, self._y_kernel, cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel,
-                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads)
+                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads,
+                         location=self._location)
 
     def with_readout(self, y_kernel: Kernel, *, cdf_kernel: Kernel | None = None) -> "Embedding":
         """The same embedding read out with other outcome kernels (the fitted weights are shared).
@@ -304,7 +352,51 @@ class Embedding:
         """
         y_kernel = _check_readout(y_kernel, self.d_y)
         return Embedding(self._parts, y_kernel, cdf_kernel=cdf_kernel, rkhs_kernel=self._rkhs_kernel,
-                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads)
+                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads,
+                         location=self._location)
+
+    def with_location(self, location, *, outcome_range=None) -> "Embedding":
+        """This embedding, taken as the residual's, moved by a location stage: μ̂(v) = Σ_k c_k(v) φ(r_k + m̂(v)).
+
+        :func:`ccme.fit` builds a located embedding this way (``location=``);
+        every functional then reads the shifted law (:mod:`ccme.location`).
+
+        Parameters
+        ----------
+        location : ccme.location.LocationModel
+            The mean model m̂ of this arm, with V's and the outcome's dimensions.
+        outcome_range : (lo, hi) or None, default None
+            The observed outcomes' (not the residuals') range, for default grids; None: this one's.
+
+        Returns
+        -------
+        Embedding
+
+        Raises
+        ------
+        ParameterError
+            An embedding that already has a location stage, or a model of another outcome dimension.
+
+        Examples
+        --------
+        >>> import ccme, numpy as np
+        >>> from ccme.location import LocationModel
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> up = LocationModel(center=np.zeros(1), scale=np.ones(1), coef=np.zeros((1, 1)), intercept=np.ones(1),
+        ...                    penalty=np.zeros(1), target="dr")
+        >>> emb = res.embedding(1)
+        >>> v = ccme.datasets.PAPER_PROFILES
+        >>> moved = emb.with_location(up).density([11.0, 21.0], v=v, normalize=False)
+        >>> bool(np.allclose(moved, emb.density([10.0, 20.0], v=v, normalize=False)))
+        True
+        """
+        if self._location is not None:
+            raise ParameterError("this embedding already has a location stage")
+        if location.d_y != self.d_y:
+            raise ParameterError(f"the location model has {location.d_y} outcome dimension(s); the embedding {self.d_y}")
+        return Embedding(self._parts, self._y_kernel, cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel,
+                         outcome_range=self._range if outcome_range is None else outcome_range, encode=self._encode,
+                         arm=self._arm, n_threads=self._n_threads, location=location)
 
     # -- inputs -------------------------------------------------------------
     def _v(self, v) -> np.ndarray:
@@ -415,6 +507,12 @@ class Embedding:
         """
         kernel = self.readout_kernel(feature)
         V = self._v(v)
+        if self._location is not None:
+            return self._located_contract(V, points, feature, kernel)
+        return self._contract_parts(V, points, feature, kernel)
+
+    def _contract_parts(self, V, points, feature, kernel) -> np.ndarray:
+        """The fold-arms' contraction, averaged: (1/K) Σ_folds Σ_k c_k(v) F(y_k, point)."""
         n_features = 1 + 2 * self.d_y if feature == "moments" else len(points)
         out = np.zeros((len(V), n_features))
         parts = self.parts
@@ -423,8 +521,34 @@ class Embedding:
             part.contract(V, points, feature, kernel, out, scale, n_threads=self._n_threads)
         return out
 
+    def _located_contract(self, V, points, feature, kernel) -> np.ndarray:
+        """:meth:`contract` of the residual law shifted by m̂(v): at each V-point, the features at y − m̂(v).
+
+        The moments follow from the residual's: Σ c (r + s) = Σ c r + s Σ c and
+        Σ c (r + s)² = Σ c r² + 2 s Σ c r + s² Σ c.  The density and CDF need
+        each V-point's own points, so the weights are taken once for all
+        V-points and contracted point by point.
+        """
+        d = self.d_y
+        s = self._location.predict(V)
+        if feature == "moments":
+            raw = self._contract_parts(V, points, feature, kernel)
+            mass, first, second = raw[:, :1], raw[:, 1 : 1 + d], raw[:, 1 + d :]
+            return np.hstack([mass, first + s * mass, second + 2.0 * s * first + s**2 * mass])
+        atoms, c = self.weights(v=V)
+        points = np.asarray(points, dtype=np.float64)
+        out = np.empty((len(V), len(points)))
+        for e in range(len(V)):
+            F = _backend.atom_features(atoms, points - s[e], feature, kernel.name, kernel.bandwidth_array,
+                                       n_threads=self._n_threads)
+            out[e] = c[:, e] @ F
+        return out
+
     def weights(self, *, v):
         """All folds' atoms and weights (already divided by K).
+
+        With a location stage, the atoms are the residual atoms r_k: the
+        embedding at V-point e has them moved by ``shift(v=v)[e]``.
 
         Parameters
         ----------
@@ -983,6 +1107,7 @@ class Embedding:
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         V = self._v(v)
         atoms, weights = self.weights(v=V)
+        shift = self.shift(v=V)
         bw = self._y_kernel.bandwidth_array
         scale = np.sqrt(self._y_kernel.variance())
         m = n_candidates if n_candidates is not None else max(2000, 20 * size)
@@ -993,7 +1118,8 @@ class Embedding:
                 out[e] = np.nan
                 continue
             p = np.abs(c) / np.abs(c).sum()
-            cand = atoms[rng.choice(len(atoms), size=m, p=p)] + rng.standard_normal((m, self.d_y)) * scale
+            cand = (atoms[rng.choice(len(atoms), size=m, p=p)] + shift[e]
+                    + rng.standard_normal((m, self.d_y)) * scale)
             target = self.contract(cand, v=V[e : e + 1], feature="density")[0] / c.sum()
             pulled = np.zeros(m)  # Σ_{s≤t} k(x, x_s) over the candidates
             for t in range(size):
@@ -1044,10 +1170,17 @@ class Embedding:
         V = self._v(v)
         atoms1, c1 = self.weights(v=V)
         atoms0, c0 = other.weights(v=V)
-        atoms, W = _merged(np.vstack([atoms1, atoms0]), np.vstack([c1, -c0]))
         kernel = self._rkhs_kernel
-        q = _backend.kernel_quadratic_forms(atoms, W, kernel.name, kernel.bandwidth_array, normalized=True,
-                                            n_threads=self._n_threads)
+        if self._location is None and other._location is None:
+            atoms, W = _merged(np.vstack([atoms1, atoms0]), np.vstack([c1, -c0]))
+            q = _backend.kernel_quadratic_forms(atoms, W, kernel.name, kernel.bandwidth_array, normalized=True,
+                                                n_threads=self._n_threads)
+        else:  # located atoms move with v: one quadratic form per V-point
+            s1, s0 = self.shift(v=V), other.shift(v=V)
+            q = np.array([_backend.kernel_quadratic_forms(
+                np.vstack([atoms1 + s1[e], atoms0 + s0[e]]), np.concatenate([c1[:, e], -c0[:, e]])[:, None],
+                kernel.name, kernel.bandwidth_array, normalized=True, n_threads=self._n_threads)[0]
+                for e in range(len(V))])
         # Rounding can leave a tiny negative value when the embeddings coincide.
         return np.maximum(q, 0.0)
 

@@ -125,6 +125,17 @@ class CCMEResult:
         return self.design.n
 
     @property
+    def location(self) -> "dict | None":
+        """Each arm's location stage (``fit(location="linear")``, :class:`ccme.location.LocationModel`), or None."""
+        models = {arm: emb.location for arm, emb in self.embeddings.items()}
+        return None if all(m is None for m in models.values()) else models
+
+    @property
+    def supports_bootstrap(self) -> bool:
+        """Whether the multiplier bootstrap (bands, tests, effect intervals) applies: a linear second stage, no location stage."""
+        return bool(self.estimator.supports_bootstrap) and self.location is None
+
+    @property
     def arms(self) -> tuple:
         """The arm codes in the order results list them (:attr:`ccme.formula.Treatment.arms`)."""
         return self.design.arms
@@ -912,7 +923,7 @@ class CCMEResult:
         from .summary import Summary
 
         if n_boot is None:
-            n_boot = 499 if self.estimator.supports_bootstrap else 0
+            n_boot = 499 if self.supports_bootstrap else 0
         return Summary.from_result(self, newdata, n_boot=n_boot)
 
     def default_grid(self, size: int = 400) -> np.ndarray:
@@ -1047,16 +1058,18 @@ class CCMEResult:
         if not one_dim:
             levels, tails = np.zeros(0), np.zeros(0)
         if n_boot is None:
-            n_boot = 499 if self.estimator.supports_bootstrap else 0
+            n_boot = 499 if self.supports_bootstrap else 0
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
             raise ParameterError(f"`n_boot` must be a non-negative integer; got {n_boot!r}")
         estimates = effect_estimates(self, V, levels, y_points, tails, arms=pair)
         intervals = None
         if n_boot:
-            if not self.estimator.supports_bootstrap:
+            if not self.supports_bootstrap:
+                why = (f"method={self.method!r}" if self.location is None
+                       else "a fit with location= (its bootstrap is not built yet)")
                 raise ParameterError(
-                    f"intervals on the effects need a linear second stage (method='ridge'); method={self.method!r} "
-                    "gives estimates only: pass n_boot=0"
+                    f"intervals on the effects need a linear second stage (method='ridge') without a location stage; "
+                    f"{why} gives estimates only: pass n_boot=0"
                 )
             intervals = effect_intervals(self, V, estimates, q=levels, y_points=y_points, level=level,
                                          n_boot=int(n_boot), seed=self.seed if seed is None else seed, alpha=tails,
@@ -1657,8 +1670,9 @@ class CCMEResult:
 
     # -- serialisation --------------------------------------------------------
     STATE_SCHEMA = "ccme.CCMEResult"
-    #: Version 2 added ``sampling_weights`` (None without); version 1 is read as a fit without them.
-    STATE_VERSION = 2
+    #: Version 2 added ``sampling_weights`` (None without); version 1 is read as a fit without them.  Version 3 added
+    #: each embedding's ``location`` (None without); earlier versions are read as fits without a location stage.
+    STATE_VERSION = 3
     _SCALARS = ("call", "method", "mode", "seed", "propensity", "clip")
 
     def to_state(self) -> dict:
@@ -1685,14 +1699,15 @@ class CCMEResult:
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> state = res.to_state()
         >>> state["schema"], state["version"]
-        ('ccme.CCMEResult', 2)
+        ('ccme.CCMEResult', 3)
         """
         from .estimators.base import value_state
         from .io import make_state
 
         embeddings = {
             str(arm): {"readout": emb.y_kernel.to_state(), "cdf_readout": emb.cdf_kernel.to_state(),
-                       "parts": [part.to_state() for part in emb.parts]}
+                       "parts": [part.to_state() for part in emb.parts],
+                       "location": None if emb.location is None else emb.location.to_state()}
             for arm, emb in self.embeddings.items()
         }
         return make_state(
@@ -1738,6 +1753,7 @@ class CCMEResult:
         from .formula import Design
         from .io import check_schema, int_keys
         from .kernels import Kernel
+        from .location import LocationModel
         from .propensity import Overlap
         from .tuning import TuningReport
 
@@ -1745,7 +1761,7 @@ class CCMEResult:
 
         keys = (*cls._SCALARS, "design", "folds", "options", "params", "propensity_columns", "outcome_columns",
                 "overlap", "embeddings", "timing", "tuning")
-        version = check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION),
+        version = check_schema(state, cls.STATE_SCHEMA, (1, 2, cls.STATE_VERSION),
                                keys=keys if isinstance(state, dict) and state.get("version") == 1
                                else (*keys, "sampling_weights"))
         stored_weights = None if version == 1 else state["sampling_weights"]
@@ -1767,9 +1783,12 @@ class CCMEResult:
                 parts.append(reader(part))
             # Files written before the CDF had its own read-out kernel read it out with the density's.
             cdf_kernel = Kernel.from_state(node["cdf_readout"]) if "cdf_readout" in node else None
+            location = None if version < 3 or node.get("location") is None else LocationModel.from_state(node["location"])
+            if location is not None and (location.d_v != design.V.shape[1] or location.d_y != design.Y.shape[1]):
+                raise FormatError("a stored location model does not match the design's V and outcome")
             embeddings[arm] = Embedding(parts, Kernel.from_state(node["readout"]), cdf_kernel=cdf_kernel,
-                                        rkhs_kernel=params.kernels["y"],
-                                        outcome_range=outcome_range, encode=design.encode_v, arm=arm)
+                                        rkhs_kernel=params.kernels["y"], outcome_range=outcome_range,
+                                        encode=design.encode_v, arm=arm, location=location)
         if set(embeddings) != set(design.arms):
             raise FormatError("the stored result does not hold every arm's embedding")
         return cls(

@@ -115,6 +115,9 @@ class Summary:
             effect_rows = _effect_rows(res, newdata, n_boot)
         notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, CcmeWarning)))
         sections = [("Data", tuple(data_rows))]
+        if res.location is not None:
+            sections.append(("Location (fitted to Y - m(V), read out shifted by m(v))",
+                             tuple((names[arm], res.location[arm].describe()) for arm in res.arms)))
         described = res.estimator.describe(res.params, design=design, outcome_columns=res.outcome_columns,
                                            embeddings=res.embeddings)
         for title, rows in described:
@@ -129,8 +132,10 @@ class Summary:
             if v_kernel is not None and np.all(np.isinf(v_kernel.bandwidth_array)):
                 # The search dropped all of V: the second stage is then a constant and the estimate does not vary
                 # with V, which a reader of the profile table would otherwise take for a finding.
-                relevance.append(("Note", "every covariate of V was dropped (infinite bandwidths): the estimates do "
-                                          "not vary with V; v_bandwidth= (e.g. 'median') forces a local fit"))
+                relevance.append(("Note", "every covariate of V was dropped (infinite bandwidths): the residual's "
+                                          "law does not vary with V, only its location does" if res.location is not None
+                                  else "every covariate of V was dropped (infinite bandwidths): the estimates do "
+                                       "not vary with V; v_bandwidth= (e.g. 'median') forces a local fit"))
             sections.append(("Covariate relevance (learned bandwidths)", tuple(relevance)))
         sections.append(("Propensity", tuple(prop_rows)))
         compared = ("Y1 vs Y0" if treatment.binary
@@ -270,7 +275,7 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
     for pair in pairs:
         table = effect_table(res, res.design.encode_v(frame), list(frame.index), q=[], arms=pair)
         pvalues = None
-        if n_boot and res.estimator.supports_bootstrap and len(res.design.y_names) == 1:
+        if n_boot and res.supports_bootstrap and len(res.design.y_names) == 1:
             labels = pair if treatment.binary else tuple(treatment.label(a) for a in pair)
             with warnings.catch_warnings():  # the caveat becomes the section's note (below), not a warning
                 if res.estimator.bootstrap_caveat:
@@ -284,7 +289,9 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
             if pvalues is not None:
                 text += f"; p = {_fmt(pvalues[i])} (MMD test, {n_boot} draws)"
             rows.append((str(label), text))
-    if pvalues is None:
+    if res.location is not None:
+        rows.append(("Test", "none: the multiplier bootstrap does not take a fit with location= yet"))
+    elif pvalues is None:
         rows.append(("Test", "res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
     elif res.estimator.bootstrap_caveat:
         rows.append(("Caveat", res.estimator.bootstrap_caveat))
