@@ -168,3 +168,11 @@ def test_a_dask_dataframe_is_the_same_fit(client, data):
     np.testing.assert_array_equal(local.density(grid, arm=1), _fit(frame, approx="lowrank").density(grid, arm=1))
     with pytest.raises(ParameterError, match="not a dask DataFrame"):
         _fit(dask.array.zeros((10, 3)), client=client)
+
+
+def test_a_location_stage_equals_the_local_fit(client, data):
+    """The location stage runs here before the cluster sees the data: the workers fit the residual outcome."""
+    local = _fit(data, approx="lowrank", location="linear", **SMALL_POOL)
+    dist = _fit(data, client=client, partitions=5, location="linear", **SMALL_POOL)
+    assert dist.location is not None
+    _check_equal(local, dist)

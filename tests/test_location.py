@@ -283,3 +283,27 @@ def test_location_with_three_arms_and_a_bivariate_outcome():
     assert set(res.location) == {0, 1, 2} and res.location[2].d_y == 2
     means = res.mean(newdata=pd.DataFrame({"v": [0.0]}), arm=2)
     assert abs(means[0][0] - 2.0) < 0.4 and abs(means[0][1]) < 0.4
+
+
+def test_auto_keeps_the_fit_with_the_smaller_readout_criterion():
+    from ccme.location import readout_criterion
+
+    data = paper_simulation(500, seed=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fits = {kind: ccme.fit(F, data, seed=2, location=kind) for kind in (None, "linear", "auto")}
+    auto = fits["auto"]
+    crit = {kind: readout_criterion(fits[kind].tuning) for kind in (None, "linear")}
+    chosen = "linear" if crit["linear"] < crit[None] else None
+    assert auto.tuning.chosen["location"] == (chosen or "none")
+    assert (auto.location is None) == (chosen is None)
+    y = np.linspace(0.0, 40.0, 9)
+    np.testing.assert_array_equal(auto.density(y, newdata=PAPER_PROFILES), fits[chosen].density(y, newdata=PAPER_PROFILES))
+    assert f"{crit['linear']:.5g}" in auto.tuning.notes[-1] and f"{crit[None]:.5g}" in auto.tuning.notes[-1]
+    assert "'auto'" in str(auto.summary(n_boot=0))
+
+
+@pytest.mark.parametrize("kwargs", [dict(tune="none"), dict(y_bandwidth=2.0)])
+def test_auto_needs_the_readout_criterion(kwargs):
+    with pytest.raises(ParameterError, match="location='auto'"):
+        ccme.fit(F, paper_simulation(200, seed=1), location="auto", **kwargs)

@@ -21,7 +21,7 @@ from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
 from .distributed import cluster_estimator, local_frame
 from .formula import build_design, parse_formula
-from .location import check_location, fit_location
+from .location import check_location, choose_location, fit_location
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics, resolve_clip
 from .propensity_selection import calibration_report
@@ -294,7 +294,7 @@ def fit(
         the formula reads are computed once, here, for the design).
     partitions : int or None, default None
         Row partitions of a fit with ``client`` (None: two per worker thread).
-    location : {None, "linear"}, default None
+    location : {None, "linear", "auto"}, default None
         A location stage (:mod:`ccme.location`): each arm's mean given V as a
         linear ridge regression on V's columns (of the mode's pseudo-outcome:
         Kennedy's DR-learner for ``mode="dr"``), the embedding fitted to the
@@ -304,7 +304,10 @@ def fit(
         V (semi-synthetic IHDP, V = its 25 covariates: about half the error),
         and can hurt where V changes the law's shape (a bimodal law whose
         modes move with V: about twice the error); README, "Accuracy".
-        The multiplier bootstrap (bands, tests, effect intervals) does not
+        "auto" fits with and without it and keeps the fit whose read-out
+        criterion (the least-squares cross-validation that chooses σ_y) is
+        smaller, for every arm (:func:`ccme.location.choose_location`; about
+        twice the fit's time).  The multiplier bootstrap (bands, tests, effect intervals) does not
         take it yet: they raise a ParameterError.
 
     Returns
@@ -377,6 +380,7 @@ def fit(
                           reference=reference, na_action=na_action,
                           exclude=(weights,) if isinstance(weights, str) else ())
     treatment = design.treatment
+    check_location(location, readout_tuned="y_bandwidth" in grids, d_y=design.Y.shape[1])
     sampling = resolve_weights(weights, data, design.data_rows)
     sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
     if sw is not None:
@@ -412,28 +416,24 @@ def fit(
     weighting = dict(design=design, mode=mode, trim=trim, normalize_weights=normalize_weights, Xo=Xo,
                      n_threads=n_threads, sampling_weights=sw)
     fold_list, crossfit_data = _second_stage_data(scores, fold_list, overlap.kept, clip=clip, **weighting)
-    locations = None
-    if location is not None:
-        # The embedding is fitted to the residual outcome (ccme.location); its rules (bandwidths, grids) resolved on it.
-        locations, residual = fit_location(V=design.V, Xo=Xo, Y=design.Y, A=design.A, scores=crossfit_data.scores,
-                                           arms=design.arms, mode=mode, sampling_weights=sw)
-        fit_design = dataclasses.replace(design, Y=residual)
-        params = estimator.prepare(options, design=fit_design, Xo=Xo, seed=prepare_seed)
-        crossfit_data = dataclasses.replace(crossfit_data, design=fit_design)
-        weighting["design"] = fit_design
-
-    # tune, then cross-fit
+    # tune, then cross-fit: on Y, on the residual of a location stage, or on both and keep the better ("auto")
     fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
-    tuned = Tuned(params, TuningReport())
-    if not (isinstance(tune, str) and tune == "none"):
-        tuned = estimator.tune(params, data=crossfit_data, folds=fold_list, grids=grids, seeds=fold_seeds,
-                               auto=isinstance(tune, str))
-    estimator_started = time.perf_counter()
-    embeddings = cross_fit(estimator, tuned.params, crossfit_data, fold_list, fold_seeds, tuned.prebuilt)
-    estimator_seconds = time.perf_counter() - estimator_started
-    if "y_bandwidth" in grids:
-        embeddings = tune_readout(embeddings, data=crossfit_data, folds=fold_list, grids=grids,
-                                  seed=int(rng.integers(2**31 - 1)), report=tuned.report)
+    readout_seed = int(rng.integers(2**31 - 1)) if "y_bandwidth" in grids else None
+    fits = {}
+    for kind in ((None, "linear") if location == "auto" else (location,)):
+        data_k, params_k, locations = crossfit_data, params, None
+        if kind is not None:
+            # The embedding is fitted to the residual outcome (ccme.location); its rules are resolved on it.
+            locations, residual = fit_location(V=design.V, Xo=Xo, Y=design.Y, A=design.A,
+                                               scores=crossfit_data.scores, arms=design.arms, mode=mode,
+                                               sampling_weights=sw)
+            data_k = dataclasses.replace(crossfit_data, design=dataclasses.replace(design, Y=residual))
+            params_k = estimator.prepare(options, design=data_k.design, Xo=Xo, seed=prepare_seed)
+        fits[kind] = (*_estimate(estimator, params_k, data_k, folds=fold_list, grids=grids, tune=tune,
+                                 fold_seeds=fold_seeds, readout_seed=readout_seed), data_k, locations)
+    kind = choose_location(fits) if location == "auto" else location
+    tuned, embeddings, _, crossfit_data, locations = fits[kind]
+    weighting["design"] = crossfit_data.design
     if n_rep > 1:
         others = [_repetition(seed, r, folds=folds, prop_model=prop_model, prop_cols=prop_cols, clip=clip_arg,
                               estimator=estimator, params=tuned.params, weighting=weighting)
@@ -446,8 +446,8 @@ def fit(
                       for arm, emb in embeddings.items()}
     timing = {
         "propensity": prop_seconds,
-        "tuning": tuned.report.seconds,
-        "estimator": estimator_seconds,
+        "tuning": sum(fit[0].report.seconds for fit in fits.values()),
+        "estimator": sum(fit[2] for fit in fits.values()),
         "total": time.perf_counter() - started,
     }
     return CCMEResult(
@@ -457,6 +457,21 @@ def fit(
         outcome_columns=tuple(design.x_names[i] for i in out_cols), overlap=overlap, embeddings=embeddings,
         timing=timing, clip=clip, tuning=tuned.report, sampling_weights=sampling,
     )
+
+
+def _estimate(estimator, params, data, *, folds, grids, tune, fold_seeds, readout_seed):
+    """Tune, cross-fit and choose the read-out bandwidth on ``data``: (Tuned, {arm: Embedding}, cross-fit seconds)."""
+    tuned = Tuned(params, TuningReport())
+    if not (isinstance(tune, str) and tune == "none"):
+        tuned = estimator.tune(params, data=data, folds=folds, grids=grids, seeds=fold_seeds,
+                               auto=isinstance(tune, str))
+    started = time.perf_counter()
+    embeddings = cross_fit(estimator, tuned.params, data, folds, fold_seeds, tuned.prebuilt)
+    seconds = time.perf_counter() - started
+    if readout_seed is not None:
+        embeddings = tune_readout(embeddings, data=data, folds=folds, grids=grids, seed=readout_seed,
+                                  report=tuned.report)
+    return tuned, embeddings, seconds
 
 
 def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, normalize_weights, Xo, n_threads,

@@ -527,7 +527,8 @@ class Embedding:
         The moments follow from the residual's: Σ c (r + s) = Σ c r + s Σ c and
         Σ c (r + s)² = Σ c r² + 2 s Σ c r + s² Σ c.  The density and CDF need
         each V-point's own points, so the weights are taken once for all
-        V-points and contracted point by point.
+        V-points (equal atoms merged: a unit's outcome is an atom of every
+        fold) and contracted point by point.
         """
         d = self.d_y
         s = self._location.predict(V)
@@ -535,7 +536,7 @@ class Embedding:
             raw = self._contract_parts(V, points, feature, kernel)
             mass, first, second = raw[:, :1], raw[:, 1 : 1 + d], raw[:, 1 + d :]
             return np.hstack([mass, first + s * mass, second + 2.0 * s * first + s**2 * mass])
-        atoms, c = self.weights(v=V)
+        atoms, c = _merged(*self.weights(v=V))
         points = np.asarray(points, dtype=np.float64)
         out = np.empty((len(V), len(points)))
         for e in range(len(V)):
@@ -1176,6 +1177,7 @@ class Embedding:
             q = _backend.kernel_quadratic_forms(atoms, W, kernel.name, kernel.bandwidth_array, normalized=True,
                                                 n_threads=self._n_threads)
         else:  # located atoms move with v: one quadratic form per V-point
+            (atoms1, c1), (atoms0, c0) = _merged(atoms1, c1), _merged(atoms0, c0)
             s1, s0 = self.shift(v=V), other.shift(v=V)
             q = np.array([_backend.kernel_quadratic_forms(
                 np.vstack([atoms1 + s1[e], atoms0 + s0[e]]), np.concatenate([c1[:, e], -c0[:, e]])[:, None],

@@ -45,32 +45,90 @@ import numpy as np
 
 from .errors import DataError, FormatError, ParameterError
 
-__all__ = ["LocationModel", "LOCATIONS", "check_location", "fit_location", "ridge_loo"]
+__all__ = ["LocationModel", "LOCATIONS", "check_location", "choose_location", "fit_location", "ridge_loo"]
 
-#: The location models ``fit(location=...)`` takes (None: no location stage).
-LOCATIONS = ("linear",)
+#: What ``fit(location=...)`` takes besides None (no location stage): the linear model, or "auto", the fit with or
+#: without it whose read-out criterion is smaller (:func:`choose_location`).
+LOCATIONS = ("linear", "auto")
 
 #: Ridge penalties λ (on standardised columns, in ZᵀWZ + λ n I), searched by leave-one-out: from almost none to a
 #: near-constant mean.
 PENALTY_GRID = tuple(float(x) for x in np.logspace(-6, 2, 33))
 
 
-def check_location(location) -> str | None:
+def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str | None:
     """Validate ``fit(location=)``: None or one of :data:`LOCATIONS`.
+
+    Parameters
+    ----------
+    location : None or str
+    readout_tuned : bool, default True
+        Whether the fit tunes the read-out bandwidth (``"y_bandwidth"`` in its grids), which "auto" compares by.
+    d_y : int, default 1
+        The outcome's dimension (the read-out criterion is one-dimensional).
+
+    Returns
+    -------
+    None or str
 
     Raises
     ------
     ParameterError
-        Any other value.
+        Any other value, or "auto" without a tuned read-out bandwidth of a one-dimensional outcome.
 
     Examples
     --------
     >>> check_location("linear"), check_location(None)
     ('linear', None)
     """
-    if location is None or (isinstance(location, str) and location in LOCATIONS):
-        return location
-    raise ParameterError(f"`location` must be None or one of {list(LOCATIONS)}; got {location!r}")
+    if not (location is None or (isinstance(location, str) and location in LOCATIONS)):
+        raise ParameterError(f"`location` must be None or one of {list(LOCATIONS)}; got {location!r}")
+    if location == "auto" and not (readout_tuned and d_y == 1):
+        raise ParameterError("location='auto' compares the fits by the read-out bandwidth's criterion, which needs "
+                             "tune='auto' (or a tune dict with 'y_bandwidth') and a one-dimensional outcome; pass "
+                             "location='linear' or None")
+    return location
+
+
+def readout_criterion(report) -> float:
+    """The read-out criterion at the chosen σ_y, summed over the arms (:func:`ccme.tuning.tune_outcome_bandwidth`).
+
+    The weighted least-squares cross-validation estimate of the integrated
+    squared error (up to a constant that does not depend on the estimate),
+    on held-out units and weights that do not depend on the outcome's
+    transformation: two fits of the same data with the same seed are scored
+    on the same units, so their criteria compare.
+    """
+    at_choice = [float(c.criterion[np.argmin(np.abs(np.asarray(c.values) - c.chosen))]) for c in report.curves
+                 if c.parameter == "y_bandwidth" and c.arm is not None]
+    return float(np.sum(at_choice)) if at_choice else float("nan")
+
+
+def choose_location(fits: dict):
+    """``location="auto"``: the location stage (None or "linear") whose fit scores lower on :func:`readout_criterion`.
+
+    One choice for every arm, so that the result's hyperparameters, tuning
+    report and summary describe every arm's fit.  The choice and both
+    criteria go into the chosen fit's tuning report (``chosen["location"]``
+    and a note).
+
+    Parameters
+    ----------
+    fits : dict
+        None / "linear" → a tuple whose first item is the fit's :class:`ccme.estimators.base.Tuned`.
+
+    Returns
+    -------
+    None or str
+        The key of the chosen fit (None on a tie or where a criterion is missing).
+    """
+    scores = {kind: readout_criterion(fit[0].report) for kind, fit in fits.items()}
+    kind = "linear" if scores["linear"] < scores[None] else None
+    report = fits[kind][0].report
+    report.chosen["location"] = "linear" if kind else "none"
+    report.notes.append(f"location 'auto': {'linear' if kind else 'none'} chosen by the read-out criterion "
+                        f"({scores['linear']:.5g} with the linear location stage, {scores[None]:.5g} without)")
+    return kind
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,8 @@ def _tuning_rows(report) -> list:
             kept = ", ".join(f"{({1: 'treated', 0: 'control'}.get(arm, arm) if len(epochs) == 2 else arm)} {e}"
                              for arm, e in epochs.items())
             rows.append((f"Epochs, stage {stage}", f"{kept} (best validation loss, first fold)"))
+    if "location" in report.chosen:
+        rows.append(("Location", f"'auto': {report.chosen['location']} (read-out criterion, note below)"))
     rows.append(("Time", f"{report.seconds:.2f} s"))
     rows += [("Note", note) for note in report.notes]
     return rows

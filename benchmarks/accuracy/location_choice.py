@@ -1,0 +1,144 @@
+"""Can the fit's own read-out criterion tell when the location stage pays?  Per zoo case, arm and seed.
+
+For each case and seed it fits ridge DR with the defaults twice, without and with ``location="linear"``
+(:mod:`ccme.location`), scores both against the exact truth (the zoo's ISE) and records, per arm, the
+value at the chosen σ_y of the tuning's weighted least-squares cross-validation criterion (the read-out
+criterion, ``res.tuning.curves``; an estimate of the ISE up to a constant, on the same held-out units
+and weights in both fits, so the two values compare).  It then prints, per case and arm, the
+mean ISE of each fit, how often the criterion picks the fit with the smaller ISE, and the geometric
+mean ISE ratio (to the plain fit) of four rules: always located; ``location="auto"``, which picks
+one fit for both arms by the sum of their criteria (:func:`ccme.location.choose_location`); the
+criterion's pick per arm; and the oracle's pick per arm::
+
+    python benchmarks/accuracy/location_choice.py --split choose --seeds 1,2,3
+
+Output: ``results/location_choice_<split>.csv`` (resumable) and ``.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import ccme  # noqa: E402
+
+from benchmarks.accuracy.run import Problem, git_commit  # noqa: E402
+from benchmarks.accuracy.zoo import CASES  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+FIELDS = ["case", "seed", "arm", "ise_plain", "ise_located", "crit_plain", "crit_located", "sec_plain",
+          "sec_located", "commit"]
+
+
+def criterion_minima(res) -> dict:
+    """Per arm, the read-out criterion at the chosen σ_y (its minimum with the default rule; NaN where not tuned)."""
+    out = {arm: np.nan for arm in res.arms}
+    for curve in res.tuning.curves:
+        if curve.parameter == "y_bandwidth" and curve.arm is not None:
+            out[curve.arm] = float(curve.criterion[np.argmin(np.abs(np.asarray(curve.values) - curve.chosen))])
+    return out
+
+
+def one(case, seed: int, n_eval: int) -> list[dict]:
+    problem = Problem(case, case.n, seed, n_eval)
+    rows = {arm: {"case": case.name, "seed": seed, "arm": arm, "commit": git_commit()[0]} for arm in (1, 0)}
+    for label, location in (("plain", None), ("located", "linear")):
+        started = time.perf_counter()
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            res = ccme.fit(problem.formula, problem.data, seed=seed, location=location)
+            scores = problem.score(res)
+        seconds = time.perf_counter() - started
+        crit = criterion_minima(res)
+        for arm in (1, 0):
+            rows[arm].update({f"ise_{label}": scores[arm], f"crit_{label}": crit[arm], f"sec_{label}": seconds})
+    return list(rows.values())
+
+
+def report(frame: pd.DataFrame) -> list[str]:
+    f = frame.copy()
+    joint = f.groupby(["case", "seed"])[["crit_located", "crit_plain"]].transform("sum")
+    f["auto"] = np.where(joint.crit_located < joint.crit_plain, f.ise_located, f.ise_plain)
+    f["pick"] = np.where(f.crit_located < f.crit_plain, f.ise_located, f.ise_plain)
+    f["best"] = np.minimum(f.ise_located, f.ise_plain)
+    f["right"] = (f.crit_located < f.crit_plain) == (f.ise_located < f.ise_plain)
+    lines = ["ISE ratios to the plain fit (mean ISE over seeds); 'right': seeds where the per-arm criterion picks "
+             "the fit with the smaller ISE",
+             f"{'case':16s} {'arm':>3s} {'ISE plain':>10s} {'located':>9s} {'ratio':>6s} {'auto':>6s} "
+             f"{'per arm':>8s} {'oracle':>7s} {'right':>6s}"]
+    ratios = {"located": [], "auto": [], "per arm": [], "oracle": []}
+    for (case, arm), g in f.groupby(["case", "arm"], sort=False):
+        base = g.ise_plain.mean()
+        r = {"located": g.ise_located.mean() / base, "auto": g.auto.mean() / base, "per arm": g.pick.mean() / base,
+             "oracle": g.best.mean() / base}
+        for k, v in r.items():
+            ratios[k].append(v)
+        lines.append(f"{case:16s} {arm:3d} {base:10.5f} {g.ise_located.mean():9.5f} {r['located']:6.3f} "
+                     f"{r['auto']:6.3f} {r['per arm']:8.3f} {r['oracle']:7.3f} {int(g.right.sum()):3d}/{len(g)}")
+    lines.append("geometric mean ratio to the plain fit over case-arms: " + ", ".join(
+        f"{k} {np.exp(np.mean(np.log(v))):.3f}" for k, v in ratios.items()))
+    worst = {k: np.max(v) for k, v in ratios.items()}
+    lines.append("largest case-arm ratio: " + ", ".join(f"{k} {v:.2f}" for k, v in worst.items()))
+    lines.append(f"the criterion picks the fit with the smaller ISE in {int(f.right.sum())} of {len(f)} case-arm-seeds; "
+                 f"fit seconds plain {f.drop_duplicates(['case', 'seed']).sec_plain.sum():.0f}, located "
+                 f"{f.drop_duplicates(['case', 'seed']).sec_located.sum():.0f} (with the zoo's density evaluation)")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--split", default="choose", choices=["choose", "report"])
+    p.add_argument("--cases", default=None, help="comma-separated case names (default: every case of the split)")
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--eval-points", type=int, default=150)
+    p.add_argument("--y-rule", default=None, choices=["min", "one_se", "one_se_step"],
+                   help="set ccme.tuning.Y_BANDWIDTH_RULE for both fits (default: the package's)")
+    args = p.parse_args(argv)
+    if args.y_rule is not None:
+        import ccme.tuning
+
+        ccme.tuning.Y_BANDWIDTH_RULE = args.y_rule
+    cases = [CASES[c] for c in args.cases.split(",")] if args.cases else [
+        c for c in CASES.values() if c.split == args.split]
+    out = HERE / "results" / f"location_choice_{args.split}{'' if args.y_rule is None else '_' + args.y_rule}.csv"
+    done = set()
+    if out.exists():
+        done = {(r["case"], r["seed"]) for r in csv.DictReader(out.open())}
+    for case in cases:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            if (case.name, str(seed)) in done:
+                continue
+            rows = one(case, seed, args.eval_points)
+            new = not out.exists()
+            with out.open("a", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=FIELDS)
+                if new:
+                    writer.writeheader()
+                writer.writerows(rows)
+            print(case.name, seed, [(r["arm"], round(r["ise_located"] / r["ise_plain"], 3),
+                                     r["crit_located"] < r["crit_plain"]) for r in rows], flush=True)
+    frame = pd.read_csv(out)
+    frame = frame[frame.case.isin([c.name for c in cases])]
+    text = "\n".join(report(frame))
+    print(text)
+    (out.with_suffix(".txt")).write_text(
+        f"python benchmarks/accuracy/location_choice.py --split {args.split} --seeds {args.seeds}"
+        + ("" if args.y_rule is None else f" --y-rule {args.y_rule}") + "\n\n" + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
