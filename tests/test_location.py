@@ -231,7 +231,7 @@ def test_location_lowers_the_error_on_a_location_family():
 def test_location_fit_saves_loads_and_refuses_the_bootstrap(located, tmp_path):
     _, res = located
     assert "location='linear'" in res.call and set(res.location) == {1, 0}
-    assert "located by a linear mean" in repr(res.embedding(1))
+    assert "located by a linear mean" in repr(res.embedding(1)) and "located by a linear mean" in repr(res)
     y = np.linspace(0.0, 40.0, 9)
     res.save(tmp_path / "loc.ccme")
     back = ccme.load(tmp_path / "loc.ccme")

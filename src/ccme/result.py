@@ -181,9 +181,10 @@ class CCMEResult:
             arms = f"{counts[1]} treated, {counts[0]} control"
         else:
             arms = ", ".join(f"{counts[arm]} {self.levels[arm]!r}" for arm in self.arms)
+        located = "" if self.location is None else ", located by a linear mean in V"
         return (
             f"<ccme.CCMEResult: {self.method}/{self.mode}, {self.n_folds} folds, "
-            f"n={self.n} ({arms}), V = ({v})>"
+            f"n={self.n} ({arms}), V = ({v}){located}>"
         )
 
     # -- the embeddings -----------------------------------------------------
