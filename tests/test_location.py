@@ -245,8 +245,6 @@ def test_location_fit_saves_loads_and_refuses_the_bootstrap(located, tmp_path):
     assert ccme.CCMEResult.from_state(state).location is None
     assert not res.supports_bootstrap
     with pytest.raises(ParameterError, match="location"):
-        res.bands(0.9, newdata=PAPER_PROFILES, y=y, n_boot=29)
-    with pytest.raises(ParameterError, match="location"):
         res.test_effect(newdata=PAPER_PROFILES, n_boot=29)
     with pytest.raises(ParameterError, match="location"):
         res.effect(newdata=PAPER_PROFILES, n_boot=29)
@@ -307,3 +305,33 @@ def test_auto_keeps_the_fit_with_the_smaller_readout_criterion():
 def test_auto_needs_the_readout_criterion(kwargs):
     with pytest.raises(ParameterError, match="location='auto'"):
         ccme.fit(F, paper_simulation(200, seed=1), location="auto", **kwargs)
+
+
+def test_bands_of_a_located_fit_are_the_plain_bands_moved_by_the_location(located):
+    """With m(v) = 3 everywhere, the bands at y + 3 are the unlocated fit's bands at y."""
+    import dataclasses
+
+    _, res = located
+    plain = ccme.bootstrap.residual_result(res)
+    const = LocationModel(center=np.zeros(2), scale=np.ones(2), coef=np.zeros((2, 1)), intercept=np.array([3.0]),
+                          penalty=np.zeros(1), target="dr")
+    moved = dataclasses.replace(plain, embeddings={arm: emb.with_location(const)
+                                                   for arm, emb in plain.embeddings.items()})
+    y = np.linspace(0.0, 40.0, 33)  # multiples of 1/4: (y + 3) - 3 is y exactly
+    for feature in ("density", "cdf"):
+        want = plain.bands(0.9, newdata=PAPER_PROFILES, arm=0, y=y, n_boot=49, seed=4, feature=feature)
+        got = moved.bands(0.9, newdata=PAPER_PROFILES, arm=0, y=y + 3.0, n_boot=49, seed=4, feature=feature)
+        np.testing.assert_array_equal(got.y, y + 3.0)
+        for name in ("estimate", "lower", "upper", "lower_simultaneous", "upper_simultaneous", "se"):
+            # one V-point at a time against both at once: the solves' order differs (5e-13 relative, measured)
+            np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-10, atol=1e-14)
+        finite = want.df < 1e6  # in the far tail every unit's share vanishes and Satterthwaite's df, a ratio of vanishing sums, blows up
+        np.testing.assert_allclose(got.df[finite], want.df[finite], rtol=1e-6)
+        assert "located" in got.target
+    # the fit's own bands: the residual fit's, V-point by V-point, at y - m(v)
+    V = res.design.encode_v(PAPER_PROFILES)
+    shift = res.embedding(1).shift(v=V)
+    got = res.bands(0.9, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=49, seed=4)
+    for e in range(len(V)):
+        one = plain.bands(0.9, newdata=PAPER_PROFILES.iloc[[e]], arm=1, y=y - shift[e, 0], n_boot=49, seed=4)
+        np.testing.assert_array_equal(got.upper_simultaneous[e], one.upper_simultaneous[0])

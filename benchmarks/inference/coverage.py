@@ -166,12 +166,12 @@ def shortfalls(mix: Mixture, alpha: float, lo: float, hi: float) -> dict:
 
 
 def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1, bands_only: bool = False,
-                 method: str = "ridge") -> dict:
+                 method: str = "ridge", location: str | None = None) -> dict:
     data, _ = case.simulate(n, rep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # clipping notes and the like: this run measures, it does not read
         started = time.perf_counter()
-        res = ccme.fit(case.formula, data, seed=rep, n_rep=n_rep, method=method,
+        res = ccme.fit(case.formula, data, seed=rep, n_rep=n_rep, method=method, location=location,
                        **({} if method == "ridge" else {"progress": False}))
         fit_seconds = time.perf_counter() - started
     out = {"case": case.name, "n": n, "rep": rep, "n_rep": n_rep, "fit_seconds": round(fit_seconds, 2),
@@ -180,6 +180,9 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1
         out["restore_factor"] = ccme.bootstrap.RESTORE_FACTOR
     if method != "ridge":
         out["method"] = method
+    if location is not None:
+        out["location"] = location
+        out["located"] = res.location is not None  # "auto" may keep the plain fit
     if bands_only:
         out["bands_only"] = True
     started = time.perf_counter()
@@ -235,17 +238,17 @@ def _means(mix: Mixture) -> np.ndarray:
 
 
 def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0, bands_only: bool = False,
-        method: str = "ridge") -> None:
+        method: str = "ridge", location: str | None = None) -> None:
     factor = ccme.bootstrap.RESTORE_FACTOR
-    done = {(row["case"], row["n"], row["rep"], row.get("n_rep", 1), row.get("method", "ridge"))
+    done = {(row["case"], row["n"], row["rep"], row.get("n_rep", 1), row.get("method", "ridge"), row.get("location"))
             for row in read_rows(out) if row.get("restore_factor", DEFAULT_RESTORE_FACTOR) == factor}
     for name in cases:
         case = get_case(name)
         v_points, y = study_points(case)
         for rep in range(first, reps):
-            if (name, n, rep, n_rep, method) in done:
+            if (name, n, rep, n_rep, method, location) in done:
                 continue
-            row = one_data_set(case, n, rep, v_points, y, n_rep, bands_only, method)
+            row = one_data_set(case, n, rep, v_points, y, n_rep, bands_only, method, location)
             row["ccme_commit"] = _commit()
             append_row(out, row)
             print(name, n, rep, f"fit {row['fit_seconds']} s, bands {row['bands_seconds']} s", flush=True)
@@ -274,6 +277,8 @@ def summarise(out: Path, dropped: str = "all") -> str:
     groups = {}
     for row in rows:
         label = row["case"] + (f" ({row['method']})" if "method" in row else "")
+        if "location" in row:
+            label += f" (location={row['location']})"
         if "restore_factor" in row:
             label += f" (dropped V covariates at {row['restore_factor']:g} x the rule)"
         groups.setdefault((label, row["n"], row.get("n_rep", 1)), []).append(row)
@@ -332,13 +337,16 @@ def main(argv=None) -> int:
     parser.add_argument("--method", default="ridge", help="fit(method=...): ridge or deep_feature (the methods with bands)")
     parser.add_argument("--bands-only", action="store_true",
                         help="the default (bias-reduced) bands only: no plain bands, no effect intervals")
+    parser.add_argument("--location", default=None, choices=["linear", "auto"],
+                        help="fit(location=...): a location stage (its bootstrap has bands only: implies --bands-only)")
     restore_arguments(parser)
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out, args.dropped))
         return 0
     ccme.bootstrap.RESTORE_FACTOR = args.restore_factor
-    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first, args.bands_only, args.method)
+    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first,
+        args.bands_only or args.location is not None, args.method, args.location)
     return 0
 
 

@@ -133,7 +133,7 @@ from __future__ import annotations
 
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -207,10 +207,10 @@ def warn_caveat(res) -> None:
 def _linear_parts(res, arm: int) -> list:
     """Per fold, the linear second stages whose sum is its fold-arm (:func:`ccme.estimators.base.linear_terms`)."""
     if res.embeddings[arm].location is not None:
-        # Its unit features would be needed at each V-point's own shifted outcome points, and the mean model's own
-        # uncertainty has no term yet: rather no band than an uncalibrated one.
-        raise ParameterError("the multiplier bootstrap (bands, tests, effect intervals) does not take a fit with "
-                             "location= yet: refit without it for inference")
+        # Each V-point needs its own outcome points y − m̂(v) (bands() takes them one V-point at a time), and a test
+        # or effect interval pools V-points and arms: not built yet.
+        raise ParameterError("the multiplier bootstrap's tests and effect intervals do not take a fit with "
+                             "location= yet (bands do): refit without it for them")
     parts = [linear_terms(part) for part in res.embeddings[arm].parts]
     if not all(isinstance(t, LinearSecondStage) for terms in parts for t in terms):
         supported = sorted(name for name, est in ESTIMATORS.items() if est.supports_bootstrap)
@@ -738,6 +738,9 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     diagnosis measured, at a seventh of the solves.  A second stage without
     a V kernel (Deep Feature) keeps one construction.
     """
+    if res.embeddings[arm].location is not None:
+        return _located_bands(res, V, index, y, arm=arm, feature=feature, level=level, n_boot=n_boot, seed=seed,
+                              target=target)
     warn_caveat(res)
     _check_boot(n_boot, level)
     if feature not in ("density", "cdf"):
@@ -790,6 +793,39 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
                  order=how.get("order", 1), df=df,
                  estimate_simultaneous=None if narrowed is None else centre_s,
                  v_factor=1.0 if narrowed is None else simultaneous_v_factor(res.n))
+
+
+def residual_result(res):
+    """The fit with every arm's embedding of the residual R = Y − m̂_a(V) (:meth:`ccme.Embedding.residual`)."""
+    return replace(res, embeddings={arm: emb.residual() for arm, emb in res.embeddings.items()})
+
+
+def _located_bands(res, V, index, y, *, arm, feature, level, n_boot, seed, target) -> Bands:
+    """:func:`bands` of a fit with a location stage: each V-point's bands of the residual law at y − m̂_a(v).
+
+    The estimate at (v, y) is the residual embedding's at (v, y − m̂_a(v))
+    (:mod:`ccme.location`), and :func:`bands` takes each V-point's critical
+    values on its own, so the bands are the residual fit's, one V-point at a
+    time, with the same multipliers (the same ``seed``).  The mean model m̂
+    is held fixed: its own sampling error has no term (a linear model's,
+    O(n^(−1/2)) against the density's slower rate); the coverage study
+    measures what that leaves out (README, "A location stage").
+    """
+    residual = residual_result(res)
+    shift = res.embeddings[arm].shift(v=V)
+    per_point = [bands(residual, V[e : e + 1], [index[e]], y - shift[e], arm=arm, feature=feature, level=level,
+                       n_boot=n_boot, seed=seed, target=target) for e in range(len(V))]
+    first = per_point[0]
+
+    def stacked(name):
+        values = [getattr(b, name) for b in per_point]
+        return None if values[0] is None else np.concatenate(values, axis=0)
+
+    return replace(first, y=y[:, 0], index=list(index), target=first.target + "; located: the residual's bands at "
+                   "y - m(v), the mean model held fixed",
+                   **{name: stacked(name) for name in ("estimate", "lower", "upper", "lower_simultaneous",
+                                                        "upper_simultaneous", "se", "mass", "df",
+                                                        "estimate_simultaneous")})
 
 
 def _target_text(target: str, refitted: bool, restored: str = "") -> str:

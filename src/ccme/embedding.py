@@ -398,6 +398,32 @@ class Embedding:
                          outcome_range=self._range if outcome_range is None else outcome_range, encode=self._encode,
                          arm=self._arm, n_threads=self._n_threads, location=location)
 
+    def residual(self) -> "Embedding":
+        """The embedding of the residual R = Y − m̂(V) that a location stage moves (itself, without one).
+
+        Its functionals are the residual law's: ``emb.density(y, v=v)``
+        equals ``emb.residual().density(y − m̂(v), v=v)`` at each V-point.
+
+        Returns
+        -------
+        Embedding
+
+        Examples
+        --------
+        >>> import ccme, numpy as np
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1,
+        ...                location="linear")
+        >>> emb, v = res.embedding(1), ccme.datasets.PAPER_PROFILES.head(1)
+        >>> shift = emb.shift(v=v)[0, 0]
+        >>> bool(np.allclose(emb.density([10.0, 20.0], v=v, normalize=False),
+        ...                  emb.residual().density([10.0 - shift, 20.0 - shift], v=v, normalize=False)))
+        True
+        """
+        if self._location is None:
+            return self
+        return Embedding(self._parts, self._y_kernel, cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel,
+                         encode=self._encode, arm=self._arm, n_threads=self._n_threads)
+
     # -- inputs -------------------------------------------------------------
     def _v(self, v) -> np.ndarray:
         if v is None:
