@@ -307,8 +307,9 @@ def fit(
         "auto" fits with and without it and keeps the fit whose read-out
         criterion (the least-squares cross-validation that chooses σ_y) is
         smaller, for every arm (:func:`ccme.location.choose_location`; about
-        twice the fit's time).  The multiplier bootstrap (bands, tests, effect intervals) does not
-        take it yet: they raise a ParameterError.
+        twice the fit's time).  Bands are the residual fit's at y − m̂_a(v),
+        the mean model held fixed (README: their coverage); the bootstrap's
+        tests and effect intervals do not take it yet (a ParameterError).
 
     Returns
     -------

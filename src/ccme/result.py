@@ -132,7 +132,10 @@ class CCMEResult:
 
     @property
     def supports_bootstrap(self) -> bool:
-        """Whether the multiplier bootstrap (bands, tests, effect intervals) applies: a linear second stage, no location stage."""
+        """Whether the multiplier bootstrap's tests and effect intervals apply: a linear second stage, no location stage.
+
+        (Bands need only the linear second stage: a located fit's are its residual fit's, :meth:`bands`.)
+        """
         return bool(self.estimator.supports_bootstrap) and self.location is None
 
     @property
@@ -1277,7 +1280,9 @@ class CCMEResult:
         The bands are for the unit-mass estimate Σ_k c_k(v) F(y_k, y) / Σ_k c_k(v)
         (not clipped, not made monotone) of the kernel-smoothed target
         E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v] (CDF), by the
-        multiplier bootstrap of :mod:`ccme.bootstrap`.
+        multiplier bootstrap of :mod:`ccme.bootstrap`.  With a location stage
+        (``fit(location=)``) they are the residual fit's bands at y − m̂_a(v),
+        one V-point at a time, the mean model held fixed.
 
         ``target="smoothed"`` (default) makes them bias-aware, in the spirit of
         robust bias correction (Calonico, Cattaneo & Farrell 2018): they are
