@@ -249,6 +249,12 @@ def test_location_fit_saves_loads_and_refuses_the_bootstrap(located, tmp_path):
     with pytest.raises(ParameterError, match="location"):
         res.effect(newdata=PAPER_PROFILES, n_boot=29)
     assert len(res.effect(newdata=PAPER_PROFILES)) > 0  # estimates only, without asking
+    with pytest.raises(ParameterError, match="bands=False"):
+        res.plot_effect(newdata=PAPER_PROFILES, n_boot=29)
+    import matplotlib.pyplot as plt
+
+    res.plot_effect(newdata=PAPER_PROFILES, bands=False)
+    plt.close("all")
     text = str(res.summary())
     assert "Location" in text and "does not take a fit with location" in text
 

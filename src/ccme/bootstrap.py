@@ -210,7 +210,8 @@ def _linear_parts(res, arm: int) -> list:
         # Each V-point needs its own outcome points y − m̂(v) (bands() takes them one V-point at a time), and a test
         # or effect interval pools V-points and arms: not built yet.
         raise ParameterError("the multiplier bootstrap's tests and effect intervals do not take a fit with "
-                             "location= yet (bands do): refit without it for them")
+                             "location= yet (density and CDF bands do): pass n_boot=0 to effect(), bands=False to "
+                             "plot_effect(), or refit without it")
     parts = [linear_terms(part) for part in res.embeddings[arm].parts]
     if not all(isinstance(t, LinearSecondStage) for terms in parts for t in terms):
         supported = sorted(name for name, est in ESTIMATORS.items() if est.supports_bootstrap)
