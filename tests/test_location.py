@@ -256,7 +256,7 @@ def test_location_fit_saves_loads_and_refuses_the_bootstrap(located, tmp_path):
     res.plot_effect(newdata=PAPER_PROFILES, bands=False)
     plt.close("all")
     text = str(res.summary())
-    assert "Location" in text and "does not take a fit with location" in text
+    assert "Location" in text and "do not take a fit with location" in text
 
 
 def test_location_rejects_unknown_values():

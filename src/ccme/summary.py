@@ -292,7 +292,7 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
                 text += f"; p = {_fmt(pvalues[i])} (MMD test, {n_boot} draws)"
             rows.append((str(label), text))
     if res.location is not None:
-        rows.append(("Test", "none: the multiplier bootstrap does not take a fit with location= yet"))
+        rows.append(("Test", "none: the bootstrap's tests do not take a fit with location= yet (res.bands() does)"))
     elif pvalues is None:
         rows.append(("Test", "res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
     elif res.estimator.bootstrap_caveat:
