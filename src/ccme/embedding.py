@@ -276,9 +276,7 @@ class Embedding:
         if any(other._location is not self._location for other in others):
             raise ParameterError("embeddings pooled together must share their location stage")
         sources = (self._parts, *(other._parts for other in others))
-        return Embedding(lambda: [part for source in sources for part in source.get()], self._y_kernel,
-                         cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel, outcome_range=self._range, encode=self._encode,
-                         arm=self._arm, n_threads=self._n_threads, location=self._location)
+        return self._replaced(parts=lambda: [part for source in sources for part in source.get()])
 
     def evaluated_at(self, *, v) -> "Embedding":
         """The same embedding with every fold-arm's weights computed once at the V-points ``v``.
@@ -312,9 +310,7 @@ class Embedding:
 
         V = self._v(v)
         parts = [EvaluatedArm(part, V, self._n_threads) for part in self.parts]
-        return Embedding(parts, self._y_kernel, cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel,
-                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads,
-                         location=self._location)
+        return self._replaced(parts=parts)
 
     def with_readout(self, y_kernel: Kernel, *, cdf_kernel: Kernel | None = None) -> "Embedding":
         """The same embedding read out with other outcome kernels (the fitted weights are shared).
@@ -351,9 +347,7 @@ class Embedding:
         ((5.0,), (5.0,), (2, 2))
         """
         y_kernel = _check_readout(y_kernel, self.d_y)
-        return Embedding(self._parts, y_kernel, cdf_kernel=cdf_kernel, rkhs_kernel=self._rkhs_kernel,
-                         outcome_range=self._range, encode=self._encode, arm=self._arm, n_threads=self._n_threads,
-                         location=self._location)
+        return self._replaced(y_kernel=y_kernel, cdf_kernel=cdf_kernel)  # cdf_kernel None: the new y_kernel
 
     def with_location(self, location, *, outcome_range=None) -> "Embedding":
         """This embedding, taken as the residual's, moved by a location stage: μ̂(v) = Σ_k c_k(v) φ(r_k + m̂(v)).
@@ -394,9 +388,7 @@ class Embedding:
             raise ParameterError("this embedding already has a location stage")
         if location.d_y != self.d_y:
             raise ParameterError(f"the location model has {location.d_y} outcome dimension(s); the embedding {self.d_y}")
-        return Embedding(self._parts, self._y_kernel, cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel,
-                         outcome_range=self._range if outcome_range is None else outcome_range, encode=self._encode,
-                         arm=self._arm, n_threads=self._n_threads, location=location)
+        return self._replaced(location=location, outcome_range=self._range if outcome_range is None else outcome_range)
 
     def residual(self) -> "Embedding":
         """The embedding of the residual R = Y − m̂(V) that a location stage moves (itself, without one).
@@ -421,8 +413,15 @@ class Embedding:
         """
         if self._location is None:
             return self
-        return Embedding(self._parts, self._y_kernel, cdf_kernel=self._cdf_kernel, rkhs_kernel=self._rkhs_kernel,
-                         encode=self._encode, arm=self._arm, n_threads=self._n_threads)
+        return self._replaced(location=None, outcome_range=None)
+
+    def _replaced(self, **changes) -> "Embedding":
+        """A copy with some of the constructor's arguments changed (the fitted parts shared unless ``parts`` is)."""
+        args = dict(parts=self._parts, y_kernel=self._y_kernel, cdf_kernel=self._cdf_kernel,
+                    rkhs_kernel=self._rkhs_kernel, outcome_range=self._range, encode=self._encode, arm=self._arm,
+                    n_threads=self._n_threads, location=self._location)
+        args.update(changes)
+        return Embedding(args.pop("parts"), args.pop("y_kernel"), **args)
 
     # -- inputs -------------------------------------------------------------
     def _v(self, v) -> np.ndarray:
