@@ -248,7 +248,12 @@ def test_location_fit_saves_loads_and_refuses_the_bootstrap(located, tmp_path):
         res.test_effect(newdata=PAPER_PROFILES, n_boot=29)
     with pytest.raises(ParameterError, match="location"):
         res.effect(newdata=PAPER_PROFILES, n_boot=29)
-    assert len(res.effect(newdata=PAPER_PROFILES)) > 0  # estimates only, without asking
+    table = res.effect(newdata=PAPER_PROFILES)  # estimates only, without asking
+    means = res.mean(newdata=PAPER_PROFILES, arm=1) - res.mean(newdata=PAPER_PROFILES, arm=0)
+    np.testing.assert_allclose(table[table.term == "mean_diff"].estimate.to_numpy(), np.ravel(means), rtol=1e-10)
+    medians = res.quantile([0.5], newdata=PAPER_PROFILES, arm=1) - res.quantile([0.5], newdata=PAPER_PROFILES, arm=0)
+    got = table[(table.term == "qte") & np.isclose(table["at"], 0.5)].estimate.to_numpy()
+    np.testing.assert_allclose(got, np.ravel(medians), rtol=1e-6, atol=1e-6)
     with pytest.raises(ParameterError, match="bands=False"):
         res.plot_effect(newdata=PAPER_PROFILES, n_boot=29)
     import matplotlib.pyplot as plt
