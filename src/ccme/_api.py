@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -430,10 +431,10 @@ def fit(
                                                sampling_weights=sw)
             data_k = dataclasses.replace(crossfit_data, design=dataclasses.replace(design, Y=residual))
             params_k = estimator.prepare(options, design=data_k.design, Xo=Xo, seed=prepare_seed)
-        fits[kind] = (*_estimate(estimator, params_k, data_k, folds=fold_list, grids=grids, tune=tune,
-                                 fold_seeds=fold_seeds, readout_seed=readout_seed), data_k, locations)
-    kind = choose_location(fits) if location == "auto" else location
-    tuned, embeddings, _, crossfit_data, locations = fits[kind]
+        fits[kind] = _Estimate(*_estimate(estimator, params_k, data_k, folds=fold_list, grids=grids, tune=tune,
+                                          fold_seeds=fold_seeds, readout_seed=readout_seed), data_k, locations)
+    chosen = fits[choose_location(fits) if location == "auto" else location]
+    tuned, embeddings, crossfit_data, locations = chosen.tuned, chosen.embeddings, chosen.data, chosen.locations
     weighting["design"] = crossfit_data.design
     if n_rep > 1:
         others = [_repetition(seed, r, folds=folds, prop_model=prop_model, prop_cols=prop_cols, clip=clip_arg,
@@ -447,8 +448,8 @@ def fit(
                       for arm, emb in embeddings.items()}
     timing = {
         "propensity": prop_seconds,
-        "tuning": sum(fit[0].report.seconds for fit in fits.values()),
-        "estimator": sum(fit[2] for fit in fits.values()),
+        "tuning": sum(fit.tuned.report.seconds for fit in fits.values()),
+        "estimator": sum(fit.seconds for fit in fits.values()),
         "total": time.perf_counter() - started,
     }
     return CCMEResult(
@@ -458,6 +459,16 @@ def fit(
         outcome_columns=tuple(design.x_names[i] for i in out_cols), overlap=overlap, embeddings=embeddings,
         timing=timing, clip=clip, tuning=tuned.report, sampling_weights=sampling,
     )
+
+
+class _Estimate(NamedTuple):
+    """One tuned and cross-fitted estimate: of Y, or of a location stage's residual (``locations``: its models)."""
+
+    tuned: Tuned
+    embeddings: dict
+    seconds: float
+    data: CrossFitData
+    locations: dict | None
 
 
 def _estimate(estimator, params, data, *, folds, grids, tune, fold_seeds, readout_seed):

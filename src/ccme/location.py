@@ -115,16 +115,16 @@ def choose_location(fits: dict):
     Parameters
     ----------
     fits : dict
-        None / "linear" → a tuple whose first item is the fit's :class:`ccme.estimators.base.Tuned`.
+        None / "linear" → the fit's estimate, whose ``tuned`` is its :class:`ccme.estimators.base.Tuned`.
 
     Returns
     -------
     None or str
         The key of the chosen fit (None on a tie or where a criterion is missing).
     """
-    scores = {kind: readout_criterion(fit[0].report) for kind, fit in fits.items()}
+    scores = {kind: readout_criterion(fit.tuned.report) for kind, fit in fits.items()}
     kind = "linear" if scores["linear"] < scores[None] else None
-    report = fits[kind][0].report
+    report = fits[kind].tuned.report
     report.chosen["location"] = "linear" if kind else "none"
     report.notes.append(f"location 'auto': {'linear' if kind else 'none'} chosen by the read-out criterion "
                         f"({scores['linear']:.5g} with the linear location stage, {scores[None]:.5g} without)")
