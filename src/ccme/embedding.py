@@ -42,6 +42,17 @@ __all__ = ["Embedding", "invert_cdf", "normalized_cdf", "check_levels", "tail_me
 #: Points of the grid on which quantiles, intervals and modes are located (d_y = 1).
 FINE_GRID_SIZE = 2001
 
+#: A located embedding's density or CDF (d_y = 1) is evaluated exactly, V-point by V-point, up to this many kernel
+#: evaluations (atoms × outcome points × V-points); above it, from a cubic spline through the residual law on one grid
+#: of spacing :data:`LOCATED_SPLINE_STEP` read-out bandwidths, contracted once for all V-points (:func:`_spline_rows`).
+LOCATED_EXACT_LIMIT = 5e7
+#: The spline grid's spacing in read-out bandwidths: a Gaussian's fourth derivative bounds the cubic spline's error by
+#: about 3 (1/32)⁴ / 384 ≈ 1e-8 of the curve's maximum (measured: tests/test_location.py).
+LOCATED_SPLINE_STEP = 1.0 / 32.0
+#: The grid reaches this many read-out bandwidths beyond the outermost atoms, where a Gaussian density is below
+#: e^(-40) of its peak and its CDF is 0 or the total mass to machine precision.
+LOCATED_SPLINE_MARGIN = 9.0
+
 
 class _Parts:
     """The fold-arm estimators of one arm, built once on first use (thread-safe).
@@ -561,13 +572,50 @@ class Embedding:
             raw = self._contract_parts(V, points, feature, kernel)
             mass, first, second = raw[:, :1], raw[:, 1 : 1 + d], raw[:, 1 + d :]
             return np.hstack([mass, first + s * mass, second + 2.0 * s * first + s**2 * mass])
-        atoms, c = _merged(*self.weights(v=V))
         points = np.asarray(points, dtype=np.float64)
+        if d == 1 and kernel.name == "gaussian" and self._spline_pays(V, points):
+            return self._located_by_spline(V, points[:, 0], feature, kernel, s[:, 0])
+        atoms, c = _merged(*self.weights(v=V))
         out = np.empty((len(V), len(points)))
         for e in range(len(V)):
             F = _backend.atom_features(atoms, points - s[e], feature, kernel.name, kernel.bandwidth_array,
                                        n_threads=self._n_threads)
             out[e] = c[:, e] @ F
+        return out
+
+    def _spline_pays(self, V, points) -> bool:
+        n_atoms = sum(part.n_atoms for part in self.parts)
+        return float(n_atoms) * len(points) * len(V) > LOCATED_EXACT_LIMIT
+
+    def _located_by_spline(self, V, points, feature, kernel, shift) -> np.ndarray:
+        """The residual law contracted once on a fine grid t, then each V-point's spline read at y − m̂(v).
+
+        Exact at the grid's nodes (the fold-arms' own contraction); between
+        them a not-a-knot cubic spline (error about 1e-8 of the maximum at
+        :data:`LOCATED_SPLINE_STEP`); beyond the grid, which reaches
+        :data:`LOCATED_SPLINE_MARGIN` bandwidths past the outermost atoms, the
+        density is 0 and the CDF 0 below and the total mass above.
+        """
+        from scipy.interpolate import CubicSpline
+
+        h = float(kernel.bandwidth_array[0])
+        atoms = np.concatenate([part.atoms[:, 0] for part in self.parts])
+        lo, hi = atoms.min() - LOCATED_SPLINE_MARGIN * h, atoms.max() + LOCATED_SPLINE_MARGIN * h
+        step = LOCATED_SPLINE_STEP * h
+        t = lo + step * np.arange(int(np.ceil((hi - lo) / step)) + 1)
+        on_grid = self._contract_parts(V, t[:, None], feature, kernel)  # (n_v, M)
+        coef = CubicSpline(t, on_grid.T, axis=0).c  # (4, M - 1, n_v): per interval, powers 3..0 of (q − t_j)
+        q = points[None, :] - shift[:, None]  # (n_v, G): each V-point's residual points
+        j = np.clip(np.floor((q - lo) / step).astype(np.intp), 0, len(t) - 2)
+        dx = q - t[j]
+        e = np.arange(len(V))[:, None]
+        out = ((coef[0, j, e] * dx + coef[1, j, e]) * dx + coef[2, j, e]) * dx + coef[3, j, e]
+        below, above = q < lo, q > t[-1]
+        out[below] = 0.0
+        if feature == "cdf":
+            out = np.where(above, on_grid[:, -1:], out)
+        else:
+            out[above] = 0.0
         return out
 
     def weights(self, *, v):
