@@ -12,6 +12,10 @@ variance: exact) and against the true CDF.  One JSON line per data set::
     python benchmarks/inference/cdf_band_coverage.py --cases paper,hetero_v2,linear_v1 --n 2000 --reps 100
     python benchmarks/inference/cdf_band_coverage.py --summarise
 
+``--location linear`` fits with a location stage (``fit(location=...)``;
+README, "A location stage"), whose bands are the residual fit's at
+y − m̂_a(v); its lines record ``location`` and are summarised apart.
+
 Nothing here was tuned: the bands are those of the density, read out with
 the CDF's kernel.
 """
@@ -38,12 +42,14 @@ from benchmarks.inference.study_rows import append_row, read_rows  # noqa: E402
 OUT = ROOT / "benchmarks" / "inference" / "results" / "cdf_band_coverage.jsonl"
 
 
-def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray) -> dict:
+def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, location: str | None = None) -> dict:
     data, _ = case.simulate(n, rep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # clipping notes and the like: this run measures
-        res = ccme.fit(case.formula, data, seed=rep)
+        res = ccme.fit(case.formula, data, seed=rep, location=location)
     out = {"case": case.name, "n": n, "rep": rep, "ccme_commit": _commit()}
+    if location is not None:
+        out["location"] = location
     started = time.perf_counter()
     for arm in (1, 0):
         mix = case.mixture(v_points, arm)
@@ -62,10 +68,11 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray) -> dict:
 
 def summarise(path: Path) -> str:
     rows = read_rows(path)
-    rows = list({(r["case"], r["n"], r["rep"]): r for r in rows}.values())  # a resumed shard may repeat a set
+    rows = list({(r["case"], r["n"], r["rep"], r.get("location")): r for r in rows}.values())  # resumed shards
     groups = {}
     for row in rows:
-        groups.setdefault((row["case"], row["n"]), []).append(row)
+        label = row["case"] + (f" (location={row['location']})" if "location" in row else "")
+        groups.setdefault((label, row["n"]), []).append(row)
     lines = ["| case | n | data sets | pointwise, smoothed | simultaneous, smoothed | pointwise, true CDF "
              "| simultaneous, true CDF | mean width |", "|" + "---|" * 8]
     for (case, n), group in sorted(groups.items()):
@@ -80,6 +87,7 @@ def summarise(path: Path) -> str:
 
 def main(argv=None) -> int:
     parser = study_parser(__doc__, OUT)
+    parser.add_argument("--location", default=None, choices=["linear", "auto"], help="fit(location=...)")
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out))
@@ -88,7 +96,7 @@ def main(argv=None) -> int:
         case = get_case(name)
         v_points, y = study_points(case)
         for rep in range(args.first, args.reps):
-            row = one_data_set(case, args.n, rep, v_points, y)
+            row = one_data_set(case, args.n, rep, v_points, y, args.location)
             append_row(args.out, row)
             print(name, args.n, rep, f"bands {row['bands_seconds']} s", flush=True)
     return 0
