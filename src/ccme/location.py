@@ -35,11 +35,12 @@ Each ridge has an unpenalised intercept, standardised columns and its
 penalty chosen by exact leave-one-out (PRESS, via the hat matrix's
 diagonal; Allen 1974) over :data:`PENALTY_GRID`.  A unit's residual uses its
 leave-one-out mean, R_i = Y_i − m̂_a^{(−i)}(V_i), so that its own outcome
-does not pull its centre (an in-sample residual shrinks by 1 − h_ii, and the
-mean leverage is p over the regression's units: with IHDP's 25 covariates in
-V, 25/985 for the DR-learner over all units, 25/139 for the one-step
-regression within the treated arm, and the pseudo-outcome's 1/π̂ weights make
-an arm unit's own leverage larger); the read-out shifts by the full fit m̂_a(v).
+does not pull its centre (its own target moves the fit at V_i by h_ii times
+its residual; the mean leverage h_ii is p over the regression's units, with
+IHDP's 25 covariates in V 25/985 for the DR-learner over all units and 25/139
+for the one-step regression within the treated arm, and an arm unit's
+pseudo-outcome carries 1/π̂ times its outcome); the read-out shifts by the
+full fit m̂_a(v).
 """
 
 from __future__ import annotations
