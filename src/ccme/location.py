@@ -40,7 +40,9 @@ its residual; the mean leverage h_ii is p over the regression's units, with
 IHDP's 25 covariates in V 25/985 for the DR-learner over all units and 25/139
 for the one-step regression within the treated arm, and an arm unit's
 pseudo-outcome carries 1/π̂ times its outcome); the read-out shifts by the
-full fit m̂_a(v).
+full fit m̂_a(v).  So the change of variable above is exact for the full fit
+up to these centres, each of which differs from m̂_a(V_i) by the unit's
+leverage times its leave-one-out residual.
 """
 
 from __future__ import annotations
