@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import ccme  # noqa: E402
+from ccme.location import readout_criteria  # noqa: E402
 
 from benchmarks.accuracy.run import Problem, git_commit  # noqa: E402
 from benchmarks.accuracy.zoo import CASES  # noqa: E402
@@ -45,11 +46,7 @@ FIELDS = ["case", "seed", "arm", "ise_plain", "ise_located", "crit_plain", "crit
 
 def criterion_minima(res) -> dict:
     """Per arm, the read-out criterion at the chosen σ_y (its minimum with the default rule; NaN where not tuned)."""
-    out = {arm: np.nan for arm in res.arms}
-    for curve in res.tuning.curves:
-        if curve.parameter == "y_bandwidth" and curve.arm is not None:
-            out[curve.arm] = float(curve.criterion[np.argmin(np.abs(np.asarray(curve.values) - curve.chosen))])
-    return out
+    return {arm: np.nan for arm in res.arms} | readout_criteria(res.tuning)
 
 
 def one(case, seed: int, n_eval: int) -> list[dict]:

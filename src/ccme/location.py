@@ -53,7 +53,8 @@ import numpy as np
 
 from .errors import DataError, FormatError, ParameterError
 
-__all__ = ["LocationModel", "LOCATIONS", "check_location", "choose_location", "fit_location", "ridge_loo"]
+__all__ = ["LocationModel", "LOCATIONS", "check_location", "choose_location", "fit_location", "readout_criteria",
+           "readout_criterion", "ridge_loo"]
 
 #: What ``fit(location=...)`` takes besides None (no location stage): the linear model, or "auto", the fit with or
 #: without it whose read-out criterion is smaller (:func:`choose_location`).
@@ -98,18 +99,32 @@ def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str
     return location
 
 
-def readout_criterion(report) -> float:
-    """The read-out criterion at the chosen σ_y, summed over the arms (:func:`ccme.tuning.tune_outcome_bandwidth`).
+def readout_criteria(report) -> dict:
+    """Per arm, the read-out criterion at the chosen σ_y (:func:`ccme.tuning.tune_outcome_bandwidth`); {} if untuned.
 
     The weighted least-squares cross-validation estimate of the integrated
     squared error (up to a constant that does not depend on the estimate),
     on held-out units and weights that do not depend on the outcome's
     transformation: two fits of the same data with the same seed are scored
     on the same units, so their criteria compare.
+
+    Parameters
+    ----------
+    report : ccme.tuning.TuningReport
+
+    Returns
+    -------
+    dict
+        Arm code → the criterion's value at the arm's chosen read-out bandwidth.
     """
-    at_choice = [float(c.criterion[np.argmin(np.abs(np.asarray(c.values) - c.chosen))]) for c in report.curves
-                 if c.parameter == "y_bandwidth" and c.arm is not None]
-    return float(np.sum(at_choice)) if at_choice else float("nan")
+    return {c.arm: float(c.criterion[np.argmin(np.abs(np.asarray(c.values) - c.chosen))]) for c in report.curves
+            if c.parameter == "y_bandwidth" and c.arm is not None}
+
+
+def readout_criterion(report) -> float:
+    """:func:`readout_criteria` summed over the arms (NaN where the read-out bandwidth was not tuned)."""
+    values = readout_criteria(report)
+    return float(sum(values.values())) if values else float("nan")
 
 
 def choose_location(fits: dict):
