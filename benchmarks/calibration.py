@@ -18,6 +18,11 @@ paper's simulation and the smoothed target E[k(Y¹, y) | V = v] computed from
 the exact density (:func:`smoothed_target`).  ``effects`` measures the
 coverage of the intervals of ``effect()`` on :func:`scale_data` (scale 1.5,
 exact effects by :func:`scale_effects`), of the true and of the smoothed effects.
+``--location linear`` fits with a location stage (the mean of Y^a given x1 is
+linear here, so the residual's law does not depend on V), for every part
+but ``bands``::
+
+    PYTHONPATH=src nohup python benchmarks/calibration.py size --location linear > /tmp/cal-size-loc.log &
 """
 
 from __future__ import annotations
@@ -59,14 +64,14 @@ def scale_data(n: int, scale: float, seed, shift: float = 0.0) -> pd.DataFrame:
 
 
 def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_global: int = 20, seed0: int = 0,
-                    shift: float = 0.0):
+                    shift: float = 0.0, location=None):
     """Fraction of ``reps`` fits whose p-values fall at or below 0.05 and 0.10 (global and at x1 = 0)."""
     pglob, ppoint = [], []
     for r in range(reps):
         data = scale_data(n, scale, seed0 + r, shift=shift)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
+            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none", location=location)
             test = res.test_effect(n_boot=n_boot, n_global=n_global)
             point = res.test_effect(newdata=SCALE_PROFILES.iloc[[1]], n_boot=n_boot)
         pglob.append(test.p_value)
@@ -148,7 +153,8 @@ def scale_effects(v: np.ndarray, scale: float, y: np.ndarray, q: np.ndarray, wid
     }
 
 
-def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9, n_boot: int = 199, seed0: int = 0):
+def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9, n_boot: int = 199, seed0: int = 0,
+                    location=None):
     """Coverage of :meth:`ccme.CCMEResult.effect`'s intervals at x1 ∈ {−1, 0, 1}, per term.
 
     Two targets: the true effect, and the smoothed one (each arm's law
@@ -164,7 +170,7 @@ def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9
         data = scale_data(n, scale, seed0 + r)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
+            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none", location=location)
             table = res.effect(newdata=SCALE_PROFILES, q=q, y=y, level=level, n_boot=n_boot)
         sig = tuple(res.outcome_kernel(a).bandwidth_array[0] for a in (1, 0))
         truths = {"true": scale_effects(v, scale, y, q, rkhs=res.kernels["y"].bandwidth_array[0]),
@@ -185,14 +191,14 @@ def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9
 
 
 def shape_rejections(n: int, reps: int, *, hypothesis: str, scale: float, shift: float, n_boot: int = 199,
-                     seed0: int = 0):
+                     seed0: int = 0, location=None):
     """Rejection rates at 5% and 10% of ``test_dominance`` / ``test_location_shift`` at x1 = 0 and globally."""
     point, glob = [], []
     for r in range(reps):
         data = scale_data(n, scale, seed0 + r, shift=shift)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none")
+            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none", location=location)
             run = res.test_dominance if hypothesis == "dominance" else res.test_location_shift
             test = run(newdata=SCALE_PROFILES, n_boot=n_boot)
         point.append(test.table["p_value"].iloc[1])
@@ -210,6 +216,8 @@ def main(argv=None):
     parser.add_argument("part", choices=["size", "power", "shift", "bands", "effects", "shape"])
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--n", type=int, nargs="+", default=None, help="sample sizes")
+    parser.add_argument("--location", default=None, choices=["linear"],
+                        help="fit(location=...): the located fit's tests and intervals (not for 'bands')")
     args = parser.parse_args(argv)
     if args.part == "size":
         settings = [dict(n=n, scale=1.0, reps=args.reps or 200) for n in (args.n or (500, 1000))]
@@ -237,6 +245,10 @@ def main(argv=None):
         settings = [dict(n=n, reps=args.reps or 100, hypothesis=h, scale=s, shift=d)
                     for n in (args.n or (1000,)) for h, s, d in cases]
         run = shape_rejections
+    if args.location is not None:
+        if args.part == "bands":
+            parser.error("--location: the located bands are measured by benchmarks/inference/coverage.py")
+        settings = [dict(s, location=args.location) for s in settings]
     for s in settings:
         start = time.time()
         out = run(**s)

@@ -228,7 +228,7 @@ def test_location_lowers_the_error_on_a_location_family():
     assert errors["linear"] < 0.5 * errors[None]
 
 
-def test_location_fit_saves_loads_and_refuses_the_bootstrap(located, tmp_path):
+def test_location_fit_saves_and_loads(located, tmp_path):
     _, res = located
     assert "location='linear'" in res.call and set(res.location) == {1, 0}
     assert "located by a linear mean" in repr(res.embedding(1)) and "located by a linear mean" in repr(res)
@@ -237,31 +237,43 @@ def test_location_fit_saves_loads_and_refuses_the_bootstrap(located, tmp_path):
     back = ccme.load(tmp_path / "loc.ccme")
     np.testing.assert_array_equal(back.density(y, newdata=PAPER_PROFILES), res.density(y, newdata=PAPER_PROFILES))
     np.testing.assert_array_equal(back.quantile([0.5], newdata=PAPER_PROFILES), res.quantile([0.5], newdata=PAPER_PROFILES))
+    for arm in (1, 0):
+        np.testing.assert_array_equal(back.location[arm].units, res.location[arm].units)
+        np.testing.assert_array_equal(back.location[arm].residuals, res.location[arm].residuals)
+    assert back.supports_bootstrap
     # a file of the previous version has no location stage
     state = res.to_state()
     state["version"] = 2
     for node in state["embeddings"].values():
         del node["location"]
     assert ccme.CCMEResult.from_state(state).location is None
-    assert not res.supports_bootstrap
-    with pytest.raises(ParameterError, match="location"):
-        res.test_effect(newdata=PAPER_PROFILES, n_boot=29)
-    with pytest.raises(ParameterError, match="location"):
-        res.effect(newdata=PAPER_PROFILES, n_boot=29)
-    table = res.effect(newdata=PAPER_PROFILES)  # estimates only, without asking
+    table = res.effect(newdata=PAPER_PROFILES, n_boot=0)
     means = res.mean(newdata=PAPER_PROFILES, arm=1) - res.mean(newdata=PAPER_PROFILES, arm=0)
     np.testing.assert_allclose(table[table.term == "mean_diff"].estimate.to_numpy(), np.ravel(means), rtol=1e-10)
     medians = res.quantile([0.5], newdata=PAPER_PROFILES, arm=1) - res.quantile([0.5], newdata=PAPER_PROFILES, arm=0)
     got = table[(table.term == "qte") & np.isclose(table["at"], 0.5)].estimate.to_numpy()
     np.testing.assert_allclose(got, np.ravel(medians), rtol=1e-6, atol=1e-6)
-    with pytest.raises(ParameterError, match="bands=False"):
-        res.plot_effect(newdata=PAPER_PROFILES, n_boot=29)
-    import matplotlib.pyplot as plt
+    text = str(res.summary(n_boot=49))
+    assert "Location" in text and "MMD test, 49 draws" in text
 
-    res.plot_effect(newdata=PAPER_PROFILES, bands=False)
-    plt.close("all")
-    text = str(res.summary())
-    assert "Location" in text and "do not take a fit with location" in text
+
+def test_a_location_model_of_an_earlier_file_refuses_the_bootstrap(located):
+    """A version-1 location model has no units and residuals: bands apply, tests and effect intervals say why not."""
+    _, res = located
+    state = res.to_state()
+    for node in state["embeddings"].values():
+        node["location"]["version"] = 1
+        del node["location"]["units"], node["location"]["residuals"]
+    old = ccme.CCMEResult.from_state(state)
+    assert old.location[1].units is None and not old.supports_bootstrap
+    with pytest.raises(ParameterError, match="units and residuals"):
+        old.test_effect(newdata=PAPER_PROFILES, n_boot=29)
+    with pytest.raises(ParameterError, match="units and residuals"):
+        old.effect(newdata=PAPER_PROFILES, n_boot=29)
+    table = old.effect(newdata=PAPER_PROFILES)  # estimates only, without asking
+    assert "conf_low" not in table.columns
+    old.bands(0.9, newdata=PAPER_PROFILES, arm=1, y=np.linspace(0.0, 40.0, 9), n_boot=29)
+    assert "location stage with its units" in str(old.summary(n_boot=29))
 
 
 def test_location_rejects_unknown_values():

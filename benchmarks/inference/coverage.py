@@ -166,7 +166,7 @@ def shortfalls(mix: Mixture, alpha: float, lo: float, hi: float) -> dict:
 
 
 def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1, bands_only: bool = False,
-                 method: str = "ridge", location: str | None = None) -> dict:
+                 method: str = "ridge", location: str | None = None, effects_only: bool = False) -> dict:
     data, _ = case.simulate(n, rep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # clipping notes and the like: this run measures, it does not read
@@ -185,8 +185,10 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1
         out["located"] = res.location is not None  # "auto" may keep the plain fit
     if bands_only:
         out["bands_only"] = True
+    if effects_only:
+        out["effects_only"] = True
     started = time.perf_counter()
-    for arm in (1, 0):
+    for arm in () if effects_only else (1, 0):
         mix = case.mixture(v_points, arm)
         bandwidth = float(res.embedding(arm).y_kernel.bandwidth_array[0])
         truths = {"smoothed": smoothed(mix, bandwidth).density(y), "true": mix.density(y)}
@@ -204,7 +206,9 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1
     if bands_only:
         return out
 
+    started = time.perf_counter()
     eff = res.effect(newdata=v_points, q=Q, alpha=(ALPHA,), level=LEVEL, n_boot=499, seed=rep)
+    out["effect_seconds"] = round(time.perf_counter() - started, 2)
     lo, hi = y[0] - 10 * np.ptp(y), y[-1] + 10 * np.ptp(y)
     mixes = {arm: case.mixture(v_points, arm) for arm in (1, 0)}
     true_mean = [float(a - b) for a, b in zip(_means(mixes[1]), _means(mixes[0]))]
@@ -238,17 +242,18 @@ def _means(mix: Mixture) -> np.ndarray:
 
 
 def run(cases, n: int, reps: int, out: Path, n_rep: int = 1, first: int = 0, bands_only: bool = False,
-        method: str = "ridge", location: str | None = None) -> None:
+        method: str = "ridge", location: str | None = None, effects_only: bool = False) -> None:
     factor = ccme.bootstrap.RESTORE_FACTOR
     done = {(row["case"], row["n"], row["rep"], row.get("n_rep", 1), row.get("method", "ridge"), row.get("location"))
-            for row in read_rows(out) if row.get("restore_factor", DEFAULT_RESTORE_FACTOR) == factor}
+            for row in read_rows(out) if row.get("restore_factor", DEFAULT_RESTORE_FACTOR) == factor
+            and row.get("effects_only", False) == effects_only}
     for name in cases:
         case = get_case(name)
         v_points, y = study_points(case)
         for rep in range(first, reps):
             if (name, n, rep, n_rep, method, location) in done:
                 continue
-            row = one_data_set(case, n, rep, v_points, y, n_rep, bands_only, method, location)
+            row = one_data_set(case, n, rep, v_points, y, n_rep, bands_only, method, location, effects_only)
             row["ccme_commit"] = _commit()
             append_row(out, row)
             print(name, n, rep, f"fit {row['fit_seconds']} s, bands {row['bands_seconds']} s", flush=True)
@@ -279,6 +284,8 @@ def summarise(out: Path, dropped: str = "all") -> str:
         label = row["case"] + (f" ({row['method']})" if "method" in row else "")
         if "location" in row:
             label += f" (location={row['location']})"
+        if row.get("effects_only"):
+            label += " (effects only)"
         if "restore_factor" in row:
             label += f" (dropped V covariates at {row['restore_factor']:g} x the rule)"
         groups.setdefault((label, row["n"], row.get("n_rep", 1)), []).append(row)
@@ -290,6 +297,10 @@ def summarise(out: Path, dropped: str = "all") -> str:
         def mean(key):
             return float(np.mean([np.mean(r[f"arm{a}_{key}"]) for r in group for a in (1, 0)]))
 
+        if all(r.get("effects_only") for r in group):
+            effects = " | ".join(f"{np.mean([np.mean(r[k]) for r in group]):.3f}" for k in effect_keys)
+            lines.append(f"| {case} | {n} | {n_rep} | {len(group)} | – | – | – | – | – | – | – | {effects} |")
+            continue
         for target in TARGETS:
             if not all(f"arm1_{target}_width" in r for r in group):
                 continue  # --bands-only lines have the default (bias-reduced) bands alone
@@ -338,15 +349,18 @@ def main(argv=None) -> int:
     parser.add_argument("--bands-only", action="store_true",
                         help="the default (bias-reduced) bands only: no plain bands, no effect intervals")
     parser.add_argument("--location", default=None, choices=["linear", "auto"],
-                        help="fit(location=...): a location stage (its bootstrap has bands only: implies --bands-only)")
+                        help="fit(location=...): a location stage")
+    parser.add_argument("--effects-only", action="store_true", help="the effect intervals only: no bands")
     restore_arguments(parser)
     args = parser.parse_args(argv)
     if args.summarise:
         print(summarise(args.out, args.dropped))
         return 0
     ccme.bootstrap.RESTORE_FACTOR = args.restore_factor
-    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first,
-        args.bands_only or args.location is not None, args.method, args.location)
+    if args.bands_only and args.effects_only:
+        parser.error("--bands-only and --effects-only exclude each other")
+    run(args.cases.split(","), args.n, args.reps, args.out, args.n_rep, args.first, args.bands_only, args.method,
+        args.location, args.effects_only)
     return 0
 
 

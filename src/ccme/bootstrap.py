@@ -140,7 +140,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ._backend import gram
+from ._backend import atom_features, gram
 from ._backend import max_threads as _backend_threads
 from ._backend import serial_blas
 from .embedding import invert_cdf, normalized_cdf, tail_means
@@ -206,12 +206,6 @@ def warn_caveat(res) -> None:
 
 def _linear_parts(res, arm: int) -> list:
     """Per fold, the linear second stages whose sum is its fold-arm (:func:`ccme.estimators.base.linear_terms`)."""
-    if res.embeddings[arm].location is not None:
-        # Each V-point needs its own outcome points y − m̂(v) (bands() takes them one V-point at a time), and a test
-        # or effect interval pools V-points and arms: not built yet.
-        raise ParameterError("the multiplier bootstrap's tests and effect intervals do not take a fit with "
-                             "location= yet (density and CDF bands do): pass n_boot=0 to effect(), bands=False to "
-                             "plot_effect(), or refit without it")
     parts = [linear_terms(part) for part in res.embeddings[arm].parts]
     if not all(isinstance(t, LinearSecondStage) for terms in parts for t in terms):
         supported = sorted(name for name, est in ESTIMATORS.items() if est.supports_bootstrap)
@@ -242,6 +236,49 @@ class _Linear:
     def perturb(self, g: np.ndarray, e: int) -> np.ndarray:
         """Δ* at V-point e for every draw: (n_boot, n_points)."""
         return g[self.units].T @ (self.beta[:, e : e + 1] * self.R)
+
+    def shares(self, e: int, start: int, stop: int):
+        """(units − start, their shares β_i(v_e) R_i) for the units start ≤ i < stop: Δ* = Σ_i g_i share_i."""
+        inside = (self.units >= start) & (self.units < stop)
+        yield self.units[inside] - start, self.beta[inside, e : e + 1] * self.R[inside]
+
+
+@dataclass
+class _Located:
+    """The linear map of a located arm's raw feature (:mod:`ccme.location`): the residual's, moved by m̂_a(v).
+
+    The estimate at (v_e, y) is the residual fit's at y − m̂_a(v_e), so each
+    V-point has its own terms (``rows[e]``, :func:`_linear` of the residual
+    fit with the features at V-point e's points; for the moments one list
+    for all, the shift applied by ``transform[e]``, (F, F)).  The mean
+    model's own sampling error adds one term: its coefficients move by
+    δcoef* = Σ_i g_i Ψ_i (:meth:`ccme.location.LocationModel.coefficient_influence`,
+    ``influence`` (n_units, q) over ``units``), and the raw feature at v_e by
+    δcoef*ᵀ ``derivative[e]`` (q, F) (:func:`_location_derivative`).
+    """
+
+    rows: list
+    transform: list
+    units: np.ndarray
+    influence: np.ndarray
+    derivative: np.ndarray
+
+    def _moved(self, x, e: int):
+        return x if self.transform[e] is None else x @ self.transform[e]
+
+    def estimate(self):
+        return np.vstack([self._moved(sum(p.estimate() for p in row)[e], e) for e, row in enumerate(self.rows)])
+
+    def perturb(self, g: np.ndarray, e: int) -> np.ndarray:
+        moved = self._moved(sum(p.perturb(g, e) for p in self.rows[e]), e)
+        return moved + (g[self.units].T @ self.influence) @ self.derivative[e]
+
+    def shares(self, e: int, start: int, stop: int):
+        for term in self.rows[e]:
+            for units, share in term.shares(e, start, stop):
+                yield units, self._moved(share, e)
+        inside = (self.units >= start) & (self.units < stop)
+        yield self.units[inside] - start, self.influence[inside] @ self.derivative[e]
 
 
 def iterated_tikhonov(part: LinearSecondStage, beta: np.ndarray, order: int, n_threads: int = 0) -> np.ndarray:
@@ -419,6 +456,9 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     per-call dict in which the fold-arms keep what their first stage gives
     every term alike (:meth:`ccme.estimators.base.LinearSecondStage.unit_features`).
     """
+    if res.embeddings[arm].location is not None:
+        return [_located_linear(res, arm, V, points, feature, kernel, order=order, first_stage=first_stage,
+                                parts=parts, per_term=per_term, leverage=leverage, cache=cache, restore=restore)]
     parts = _second_stages(res, arm, restore, cache) if parts is None else parts
     per_term = {} if per_term is None else per_term
     features = {} if features is None else features
@@ -441,6 +481,90 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
                          else None)
             if influence is not None:
                 out.append(_Linear(units=influence.units, beta=influence.weights, P=None, R=influence.residuals))
+    return out
+
+
+#: Step of the located effects' central difference along the atoms' shift, in read-out bandwidths
+#: (:func:`_location_derivative`): its error is about (step)²/6 of the derivative, its rounding 1e-16/step.
+_SHIFT_STEP = 1e-4
+#: Atoms per block of :func:`_location_derivative` (memory O(block × points)).
+_ATOM_BLOCK = 8192
+
+
+def _located_linear(res, arm, V, points, feature, kernel: Kernel, *, per_term: dict | None = None, **how) -> _Located:
+    """:func:`_linear` of a located arm: the residual fit's terms per V-point at y − m̂_a(v), and the mean model's.
+
+    The residual fit's terms (:func:`residual_result`) share ``per_term``
+    (β_m at all V-points, computed once) and the first stage's ``cache``;
+    each V-point's features are its own.  The moments are taken once and
+    moved by m̂_a(v_e) as :meth:`ccme.Embedding.contract` moves them.
+    """
+    residual = residual_result(res)
+    per_term = {} if per_term is None else per_term
+    shift = res.embeddings[arm].shift(v=V)
+    if feature == "moments":
+        row = _linear(residual, arm, V, points, feature, kernel, per_term=per_term, **how)
+        rows, transform = [row] * len(V), [_moment_shift(s) for s in shift]
+    else:
+        rows = [_linear(residual, arm, V, points - shift[e], feature, kernel, per_term=per_term, **how)
+                for e in range(len(V))]
+        transform = [None] * len(V)
+    model = res.embeddings[arm].location
+    w = None if res.sampling_weights is None or res.sampling_weights.active is None \
+        else res.sampling_weights.active[model.units]
+    influence = model.coefficient_influence(res.design.V[model.units], w)
+    derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, points, feature, kernel, shift)
+    return _Located(rows=rows, transform=transform, units=model.units, influence=influence, derivative=derivative)
+
+
+def _moment_shift(s: np.ndarray) -> np.ndarray:
+    """T (F, F) with (mass, Σcr, Σcr²) T = (mass, Σc(r + s), Σc(r + s)²) per outcome dimension (a row vector)."""
+    d = len(s)
+    T = np.eye(1 + 2 * d)
+    for l in range(d):
+        T[0, 1 + l], T[0, 1 + d + l], T[1 + l, 1 + d + l] = s[l], s[l] ** 2, 2.0 * s[l]
+    return T
+
+
+def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel, shift) -> np.ndarray:
+    """∂/∂coef of a located arm's raw feature at each V-point: (n_v, d_v · d, F), row j·d + l for coef[j, l].
+
+    A change δcoef of the mean model's coefficients moves m̂(v) by v·δcoef
+    and, through the residuals R_k = Y_k − m̂(V_k) the embedding was fitted
+    to, each atom by −V_k·δcoef (k's unit's V), so the located atom
+    r_k + m̂(v) by (v − V_k)·δcoef: the intercept cancels, and where the
+    V-kernel is narrow so does most of the rest.  The raw feature moves by
+    Σ_k c_k(v) ∂_x F(r_k + m̂(v), y) (v − V_k)_j per coefficient j: exactly
+    for the moments, by a central difference of step :data:`_SHIFT_STEP`
+    read-out bandwidths for the density and CDF (a shift of the atom by a is
+    one of the point by −a).  The weights c_k(v) are the fit's (the term is
+    first order); the residual fit's first stage is held fixed.
+    """
+    parts = embedding.parts
+    units = [getattr(part, "atom_units", None) for part in parts]
+    if any(u is None for u in units):
+        raise ParameterError("the bootstrap of a located fit needs each fold's atoms' units; this fit does not keep "
+                             "them (saved by an earlier ccme): fit again")
+    atoms, c = embedding.weights(v=V)
+    units = np.concatenate(units)
+    d_v, d = V.shape[1], shift.shape[1]
+    out = np.zeros((len(V), d_v * d, 1 + 2 * d if feature == "moments" else len(points)))
+    for start in range(0, len(atoms), _ATOM_BLOCK):
+        block = slice(start, start + _ATOM_BLOCK)
+        r, c_b = atoms[block], c[block]
+        V_k = V_design[units[block]]
+        for e in range(len(V)):
+            lever = c_b[:, e : e + 1] * (V[e] - V_k)  # (N, d_v): c_k (v − V_k)
+            if feature == "moments":
+                for l in range(d):
+                    rows = slice(l, d_v * d, d)
+                    out[e, rows, 1 + l] += lever.sum(axis=0)
+                    out[e, rows, 1 + d + l] += 2.0 * lever.T @ (r[:, l] + shift[e, l])
+            else:
+                step = _SHIFT_STEP * float(kernel.bandwidth_array[0])
+                ahead, behind = (atom_features(r, points - shift[e] - sign * step, feature, kernel.name,
+                                               kernel.bandwidth_array, embedding.n_threads) for sign in (1.0, -1.0))
+                out[e] += lever.T @ ((ahead - behind) / (2.0 * step))
     return out
 
 
@@ -678,11 +802,12 @@ def unit_contributions(terms: list, e: int, n: int, start: int = 0, stop: int | 
     start ≤ i < stop (default all n); units in no term have zeros.
     """
     stop = n if stop is None else stop
-    U = np.zeros((stop - start, terms[0].R.shape[1]))
+    U = None
     for term in terms:
-        inside = (term.units >= start) & (term.units < stop)
-        # units are distinct within a term
-        U[term.units[inside] - start] += term.beta[inside, e : e + 1] * term.R[inside]
+        for units, share in term.shares(e, start, stop):
+            if U is None:
+                U = np.zeros((stop - start, share.shape[1]))
+            U[units] += share  # units are distinct within a share
     return U
 
 

@@ -168,6 +168,12 @@ class LocationModel:
         The ridge penalty λ chosen by leave-one-out, per outcome dimension.
     target : str
         What was regressed on V: "dr", "ipw", "pi" (pseudo-outcomes) or "onestep" (the arm's outcomes).
+    units : ndarray of int (n_units,) or None
+        The design rows the regression was fitted on (all units, or the arm's for "onestep"); None for a model
+        given by hand or read from a file of state version 1.
+    residuals : ndarray (n_units, d_y) or None
+        Their leave-one-out residuals ψ_i − m̂^{(−i)}(V_i): with ``units``, what the bootstrap's perturbation of
+        the model needs (:meth:`coefficient_influence`).
 
     Examples
     --------
@@ -184,17 +190,29 @@ class LocationModel:
     intercept: np.ndarray
     penalty: np.ndarray
     target: str
+    units: np.ndarray | None = None
+    residuals: np.ndarray | None = None
 
     def __post_init__(self):
-        for name in ("center", "scale", "coef", "intercept", "penalty"):
+        for name in ("center", "scale", "coef", "intercept", "penalty", "residuals"):
+            if getattr(self, name) is None:
+                continue
             value = np.array(getattr(self, name), dtype=np.float64)
             value.setflags(write=False)
             object.__setattr__(self, name, value)
+        if self.units is not None:
+            units = np.array(self.units, dtype=np.int64)
+            units.setflags(write=False)
+            object.__setattr__(self, "units", units)
         d_v, d_y = self.coef.shape if self.coef.ndim == 2 else (-1, -1)
         if (self.center.shape != (d_v,) or self.scale.shape != (d_v,) or self.intercept.shape != (d_y,)
                 or self.penalty.shape != (d_y,) or not np.all(self.scale > 0)):
             raise FormatError("a location model needs center and scale (d_v,) with positive scales, coef (d_v, d_y), "
                               "intercept and penalty (d_y,)")
+        if (self.units is None) != (self.residuals is None) or (
+                self.units is not None and (self.units.ndim != 1 or self.residuals.shape != (len(self.units), d_y)
+                                            or (len(self.units) and self.units.min() < 0))):
+            raise FormatError("a location model's units (n_units,) and residuals (n_units, d_y) come together")
 
     @property
     def d_v(self) -> int:
@@ -217,6 +235,50 @@ class LocationModel:
             raise DataError(f"the location model takes V with {self.d_v} column(s); got shape {V.shape}")
         return self.intercept + ((V - self.center) / self.scale) @ self.coef
 
+    def coefficient_influence(self, V_units: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """Each unit's share of the coefficients' sampling error: δcoef = Σ_i g_i Ψ_i for multipliers g_i.
+
+        The ridge's coefficients on the standardised columns are
+        β = G⁻¹ Z̃ᵀW ψ, G = Z̃ᵀWZ̃ + λ n̄ I (:func:`ridge_loo`; Z̃ is centred with
+        the weights, so the intercept drops out), linear in the targets ψ; so
+        the multiplier bootstrap's perturbation replaces ψ by its residuals
+        times the multipliers, Ψ_i = w_i G⁻¹ z̃_i ê_i, with the leave-one-out
+        residuals ê_i (HC3's, MacKinnon & White 1985).  Returned on the
+        original columns' scale (divided by ``scale``), so that a V-point's
+        mean moves by ``v @ δcoef``.  The intercept's error is left out: a
+        location stage's estimate does not depend on it (:mod:`ccme.bootstrap`,
+        "A located fit's effects").
+
+        Parameters
+        ----------
+        V_units : ndarray (n_units, d_v)
+            V's encoded columns at :attr:`units`.
+        weights : ndarray (n_units,) or None
+            The regression's unit weights there (None: all 1).
+
+        Returns
+        -------
+        ndarray (n_units, d_v * d_y)
+            Column j·d_y + l: coefficient j of outcome dimension l.
+
+        Raises
+        ------
+        ParameterError
+            A model without its units and residuals (given by hand, or read from an older file).
+        """
+        if self.units is None:
+            raise ParameterError("this location model does not keep its units and residuals (given by hand, or "
+                                 "saved by an earlier ccme): fit again for its bootstrap")
+        V_units = np.asarray(V_units, dtype=np.float64)
+        w = np.ones(len(V_units)) if weights is None else np.asarray(weights, dtype=np.float64)
+        Z = (V_units - self.center) / self.scale
+        gram = Z.T @ (w[:, None] * Z)
+        out = np.empty((len(Z), self.d_v, self.d_y))
+        for l, lam in enumerate(self.penalty):
+            solved = np.linalg.solve(gram + lam * w.sum() * np.eye(self.d_v), (w[:, None] * Z).T)  # (d_v, n_units)
+            out[:, :, l] = (solved * self.residuals[:, l]).T / self.scale
+        return out.reshape(len(Z), -1)
+
     def describe(self) -> str:
         """One line for the summary, e.g. "linear in V (DR pseudo-outcome), ridge penalty 0.001"."""
         what = {"dr": "DR pseudo-outcome", "ipw": "IPW pseudo-outcome", "pi": "plug-in pseudo-outcome",
@@ -224,27 +286,29 @@ class LocationModel:
         penalties = ", ".join(f"{p:.3g}" for p in self.penalty)
         return f"linear in V ({what}), ridge penalty {penalties} by leave-one-out"
 
+    #: Version 2 added ``units`` and ``residuals`` (a version-1 model is read without them).
     STATE_SCHEMA = "ccme.LocationModel"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
+    _FIELDS = ("center", "scale", "coef", "intercept", "penalty", "target")
 
     def to_state(self) -> dict:
         """The model as a versioned state for :mod:`ccme.io`."""
         from .io import make_state
 
-        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, center=self.center, scale=self.scale, coef=self.coef,
-                          intercept=self.intercept, penalty=self.penalty, target=self.target)
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, **{name: getattr(self, name) for name in self._FIELDS},
+                          units=self.units, residuals=self.residuals)
 
     @classmethod
     def from_state(cls, state) -> "LocationModel":
         """Inverse of :meth:`to_state`."""
         from .io import check_schema
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
-                     keys=("center", "scale", "coef", "intercept", "penalty", "target"))
+        version = check_schema(state, cls.STATE_SCHEMA, (1, 2))
+        check_schema(state, cls.STATE_SCHEMA, version, keys=cls._FIELDS + (("units", "residuals") if version >= 2 else ()))
         if state["target"] not in ("dr", "ipw", "pi", "onestep"):
             raise FormatError(f"a stored location model has the unknown target {str(state['target'])[:20]!r}")
-        return cls(center=state["center"], scale=state["scale"], coef=state["coef"], intercept=state["intercept"],
-                   penalty=state["penalty"], target=state["target"])
+        kept = {"units": state["units"], "residuals": state["residuals"]} if version >= 2 else {}
+        return cls(**{name: state[name] for name in cls._FIELDS}, **kept)
 
 
 @dataclass(frozen=True)
@@ -366,6 +430,7 @@ def fit_location(*, V: np.ndarray, Xo: np.ndarray, Y: np.ndarray, A: np.ndarray,
     models = {}
     for arm in arms:
         own = A == arm
+        units = np.flatnonzero(own) if mode == "onestep" else np.arange(n)
         if mode == "onestep":
             fit = ridge_loo(V[own], Y[own], w[own])
             residual[own] = fit.loo_residuals
@@ -382,7 +447,7 @@ def fit_location(*, V: np.ndarray, Xo: np.ndarray, Y: np.ndarray, A: np.ndarray,
             # m̂^(−i)(V_i) = ψ_i − e_i: the unit's own pseudo-outcome left out of its centre
             residual[own] = Y[own] - (psi[own] - fit.loo_residuals[own])
         models[arm] = LocationModel(center=fit.center, scale=fit.scale, coef=fit.coef, intercept=fit.intercept,
-                                    penalty=fit.penalty, target=mode)
+                                    penalty=fit.penalty, target=mode, units=units, residuals=fit.loo_residuals)
     if not np.all(np.isfinite(residual)):
         raise DataError("the location model's residuals are not finite (check the outcome's scale and the clipping)")
     return models, residual

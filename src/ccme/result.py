@@ -132,11 +132,14 @@ class CCMEResult:
 
     @property
     def supports_bootstrap(self) -> bool:
-        """Whether the multiplier bootstrap's tests and effect intervals apply: a linear second stage, no location stage.
+        """Whether the multiplier bootstrap's tests and effect intervals apply: a linear second stage.
 
-        (Bands need only the linear second stage: a located fit's are its residual fit's, :meth:`bands`.)
+        A location stage (``fit(location=)``) must keep its units and
+        residuals, which a fit saved by ccme before state version 2 of
+        :class:`ccme.location.LocationModel` does not (its bands still apply).
         """
-        return bool(self.estimator.supports_bootstrap) and self.location is None
+        models = self.location or {}
+        return bool(self.estimator.supports_bootstrap) and all(m.units is not None for m in models.values())
 
     @property
     def arms(self) -> tuple:
@@ -1069,11 +1072,11 @@ class CCMEResult:
         intervals = None
         if n_boot:
             if not self.supports_bootstrap:
-                why = (f"method={self.method!r}" if self.location is None
-                       else "a fit with location= (its bootstrap is not built yet)")
+                why = (f"method={self.method!r}" if not self.estimator.supports_bootstrap
+                       else "a location stage saved without its units and residuals (an earlier ccme's file)")
                 raise ParameterError(
-                    f"intervals on the effects need a linear second stage (method='ridge') without a location stage; "
-                    f"{why} gives estimates only: pass n_boot=0"
+                    f"intervals on the effects need a linear second stage (method='ridge'); {why} gives estimates "
+                    f"only: pass n_boot=0"
                 )
             intervals = effect_intervals(self, V, estimates, q=levels, y_points=y_points, level=level,
                                          n_boot=int(n_boot), seed=self.seed if seed is None else seed, alpha=tails,

@@ -291,8 +291,9 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
             if pvalues is not None:
                 text += f"; p = {_fmt(pvalues[i])} (MMD test, {n_boot} draws)"
             rows.append((str(label), text))
-    if res.location is not None:
-        rows.append(("Test", "none: the bootstrap's tests do not take a fit with location= yet (res.bands() does)"))
+    if pvalues is None and n_boot and not res.supports_bootstrap:
+        rows.append(("Test", "none: the multiplier bootstrap needs a linear second stage (method='ridge') and a "
+                             "location stage with its units (res.bands() applies)"))
     elif pvalues is None:
         rows.append(("Test", "res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
     elif res.estimator.bootstrap_caveat:
