@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default=None, help="comma-separated case names (default: every case of the split)")
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--eval-points", type=int, default=150)
-    p.add_argument("--y-rule", default=None, choices=["min", "one_se", "one_se_step"],
+    p.add_argument("--y-rule", default=None, choices=["min", "one_se", "one_se_step", "largest_local"],
                    help="set ccme.tuning.Y_BANDWIDTH_RULE for both fits (default: the package's)")
     args = p.parse_args(argv)
     if args.y_rule is not None:

@@ -113,6 +113,25 @@ finite bandwidth of the search's range, 16 times its rule's
 estimate and the plain bands keep the fit's kernel, and the bands' target
 and the intervals' method say when this was done.
 
+A located fit's effects.  With a location stage (``fit(location=)``,
+:mod:`ccme.location`) an arm's raw feature at (v, y) is the residual fit's
+at y − m̂_a(v) (its moments moved in closed form), so its linear map is the
+residual fit's, one V-point at a time (:class:`_Located`), and the tests and
+effect intervals pool V-points and arms from these maps as from any other.
+The mean model's own sampling error joins them: its coefficients are linear
+in the regression's targets, δcoef* = Σ_i g_i Ψ_i with the same multiplier
+per unit (:meth:`ccme.location.LocationModel.coefficient_influence`), and a
+change δcoef moves the located atom r_k + m̂(v) by (v − V_k)·δcoef, since
+the residual R_k = Y_k − m̂(V_k) moves with it (:func:`_location_derivative`).
+So the intercept's error cancels, and so does most of the rest where the
+V-kernel is narrow; where the residual's law hardly depends on V (a wide
+V-kernel, the case the stage is for), the slope's error is what is left and
+is of the order of the estimate's own spread.  The located bands
+(:func:`_located_bands`) are the residual fit's, V-point by V-point, with
+the mean model held fixed.  ``benchmarks/calibration.py --location linear``
+and ``benchmarks/inference/coverage.py --location linear --effects-only``
+measure the tests' size and the intervals' coverage (README, "A location stage").
+
 The bootstrap needs a linear second stage, so it is available for
 ``method="ridge"`` (every path) and ``"deep_feature"`` (ridge in its learned
 features, which it holds fixed); ``"neural_kernel"`` raises a ParameterError
@@ -264,13 +283,27 @@ class _Located:
     derivative: np.ndarray
 
     def _moved(self, x, e: int):
-        return x if self.transform[e] is None else x @ self.transform[e]
+        T = self.transform[e]
+        if T is None:
+            return x
+        if isinstance(T, _Interpolation):  # read from the fine grid
+            return T(x)
+        return x @ T
 
     def estimate(self):
-        return np.vstack([self._moved(sum(p.estimate() for p in row)[e], e) for e, row in enumerate(self.rows)])
+        raw = {}  # rows shared by the V-points (the moments, a fine grid) are contracted once
+        for row in self.rows:
+            if id(row) not in raw:
+                raw[id(row)] = sum(p.estimate() for p in row)
+        return np.vstack([self._moved(raw[id(row)][e], e) for e, row in enumerate(self.rows)])
 
     def perturb(self, g: np.ndarray, e: int) -> np.ndarray:
-        moved = self._moved(sum(p.perturb(g, e) for p in self.rows[e]), e)
+        if isinstance(self.transform[e], _Interpolation):
+            # Each unit's share read at the V-point's points first: n_boot × G, not n_boot × the fine grid.
+            T = self.transform[e]
+            moved = sum(g[term.units].T @ (term.beta[:, e : e + 1] * T(term.R)) for term in self.rows[e])
+        else:
+            moved = self._moved(sum(p.perturb(g, e) for p in self.rows[e]), e)
         return moved + (g[self.units].T @ self.influence) @ self.derivative[e]
 
     def shares(self, e: int, start: int, stop: int):
@@ -502,9 +535,14 @@ def _located_linear(res, arm, V, points, feature, kernel: Kernel, *, per_term: d
     residual = residual_result(res)
     per_term = {} if per_term is None else per_term
     shift = res.embeddings[arm].shift(v=V)
+    fine = None if feature == "moments" else _fine_grid(points, shift, kernel)
     if feature == "moments":
         row = _linear(residual, arm, V, points, feature, kernel, per_term=per_term, **how)
         rows, transform = [row] * len(V), [_moment_shift(s) for s in shift]
+    elif len(V) * len(points) > len(fine):
+        # Many V-points: the features once on a fine grid, each V-point's read from it (cubic interpolation).
+        row = _linear(residual, arm, V, fine[:, None], feature, kernel, per_term=per_term, **how)
+        rows, transform = [row] * len(V), [_Interpolation.at(fine, points[:, 0] - s[0]) for s in shift]
     else:
         rows = [_linear(residual, arm, V, points - shift[e], feature, kernel, per_term=per_term, **how)
                 for e in range(len(V))]
@@ -515,6 +553,45 @@ def _located_linear(res, arm, V, points, feature, kernel: Kernel, *, per_term: d
     influence = model.coefficient_influence(res.design.V[model.units], w)
     derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, points, feature, kernel, shift)
     return _Located(rows=rows, transform=transform, units=model.units, influence=influence, derivative=derivative)
+
+
+#: Nodes per read-out bandwidth of the fine grid from which a located fit's features are interpolated at many
+#: V-points (:class:`_Interpolation`): the cubic's error is about (1/8)⁴/24 · 3 ≈ 3e-5 of a Gaussian feature's scale.
+LOCATED_FINE_STEPS = 8
+
+
+def _fine_grid(points: np.ndarray, shift: np.ndarray, kernel: Kernel) -> np.ndarray:
+    """A regular grid of step h / :data:`LOCATED_FINE_STEPS` over every V-point's y − m̂(v), two nodes past each end."""
+    step = float(kernel.bandwidth_array[0]) / LOCATED_FINE_STEPS
+    q = points[:, 0][None, :] - shift[:, :1]
+    lo, hi = float(q.min()) - 2 * step, float(q.max()) + 2 * step
+    return lo + step * np.arange(int(np.ceil((hi - lo) / step)) + 1)
+
+
+class _Interpolation(NamedTuple):
+    """f(x) from f on a regular grid by 4-point Lagrange (cubic) interpolation, along an array's last axis.
+
+    Exact for cubics; for a kernel feature of bandwidth h on a grid of step
+    δ the error is about δ⁴ max|f⁗| / 24 · 9/16, 3·10⁻⁵ of the feature's
+    scale at δ = h/8 (tested against the exact features).  ``nodes`` and
+    ``weights`` are (4, len(x)): the grid indices around each x and their weights.
+    """
+
+    nodes: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def at(cls, grid: np.ndarray, x: np.ndarray) -> "_Interpolation":
+        step = grid[1] - grid[0]
+        u = (x - grid[0]) / step
+        j = np.clip(np.floor(u).astype(np.intp), 1, len(grid) - 3)
+        f = u - j
+        weights = np.stack([-f * (f - 1) * (f - 2) / 6, (f + 1) * (f - 1) * (f - 2) / 2,
+                            -(f + 1) * f * (f - 2) / 2, (f + 1) * f * (f - 1) / 6])
+        return cls(j[None, :] + np.arange(-1, 3)[:, None], weights)
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        return sum(values[..., self.nodes[k]] * self.weights[k] for k in range(4))
 
 
 def _moment_shift(s: np.ndarray) -> np.ndarray:
@@ -933,9 +1010,10 @@ def _located_bands(res, V, index, y, *, arm, feature, level, n_boot, seed, targe
     (:mod:`ccme.location`), and :func:`bands` takes each V-point's critical
     values on its own, so the bands are the residual fit's, one V-point at a
     time, with the same multipliers (the same ``seed``).  The mean model m̂
-    is held fixed: its own sampling error has no term (a linear model's,
-    O(n^(−1/2)) against the density's slower rate); the coverage study
-    measures what that leaves out (README, "A location stage").
+    is held fixed: its own sampling error has no term here (a linear model's,
+    O(n^(−1/2)) against the density's slower rate; the tests and effect
+    intervals include it, :class:`_Located`); the coverage study measures
+    what that leaves out (README, "A location stage").
     """
     residual = residual_result(res)
     shift = res.embeddings[arm].shift(v=V)

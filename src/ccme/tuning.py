@@ -159,6 +159,8 @@ Y_BANDWIDTH_FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
 #: "choose" split and 0.982 on "report" ("one_se" 0.977 on "choose", nhefs_sex's control arm 1.43), but most of
 #: that was the subset's noise; with 1000 (:data:`_ISE_UNITS`) it gave 0.982 and 0.999 (6 case-arms better, 7
 #: worse; large_n 1.31 / 1.13), ``benchmarks/results/y_one_se*_{choose,report}.txt``.
+#: ``"largest_local"``: the largest local minimiser of the curve (an edge counts when it is below its neighbour;
+#: Hall & Marron 1991, :func:`_largest_local_minimum`).
 Y_BANDWIDTH_RULE = "min"
 #: Whether ``tune="auto"`` of the neural estimators also chooses the outcome read-out bandwidth
 #: (:func:`tune_readout`, as for the ridge estimator).
@@ -1958,6 +1960,8 @@ def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, ar
     total = terms.sum(axis=0)
     if Y_BANDWIDTH_RULE == "min":
         best = _best(total)
+    elif Y_BANDWIDTH_RULE == "largest_local":
+        best = _largest_local_minimum(total)
     else:
         best = _one_se_choice(terms, steps=Y_BANDWIDTH_RULE == "one_se_step")
     kernel = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
@@ -1965,6 +1969,24 @@ def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, ar
     curve = TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
                         base.bandwidth_array[0] * factors[best], arm, None)
     return kernel, curve
+
+
+def _largest_local_minimum(total: np.ndarray) -> int:
+    """The largest factor at which the criterion is a local minimum over the grid (factors in increasing order).
+
+    Least-squares cross-validation of a density's bandwidth often has several
+    local minima, and its global one sits at too small a bandwidth more often
+    than the others (its variance grows as the bandwidth shrinks); Hall &
+    Marron (1991, *J. R. Statist. Soc. B* 53, "Local minima in
+    cross-validation functions") recommend the largest local minimiser.  An
+    end of the grid counts when it is below its one neighbour.  The global
+    minimiser where the curve has no finite local minimum.
+    """
+    finite = np.isfinite(total)
+    lower = np.r_[True, total[1:] < total[:-1]]   # below its left neighbour (or the first)
+    upper = np.r_[total[:-1] < total[1:], True]   # below its right neighbour (or the last)
+    local = np.flatnonzero(finite & lower & upper)
+    return int(local[-1]) if local.size else _best(total)
 
 
 def _one_se_choice(terms: np.ndarray, steps: bool = False) -> int:
