@@ -978,6 +978,8 @@ class CCMEResult:
         centred on ``estimate``; V covariates the tuning dropped are given back,
         as there); ``target="regularised"`` gives plain intervals
         around ``estimate``, which cover the ridge-regularised effect only.
+        With a location stage (``fit(location=)``) the draws also move the
+        mean model's coefficients (:class:`ccme.bootstrap._Located`).
         README ("Effects and uncertainty") gives the measured coverage.
 
         Parameters
@@ -1103,7 +1105,10 @@ class CCMEResult:
         d_y), at each V-point; the global statistic is their mean over the
         V-points.  Calibrated by the multiplier bootstrap of
         :mod:`ccme.bootstrap`; p-values are (1 + #{T* ≥ T}) / (1 + n_boot).
-        Measured on simulated data by ``benchmarks/calibration.py``.
+        Measured on simulated data by ``benchmarks/calibration.py``.  With a
+        location stage (``fit(location=)``) the draws also move the mean
+        model's coefficients (:class:`ccme.bootstrap._Located`; size:
+        ``benchmarks/calibration.py size --location linear``).
 
         Parameters
         ----------
