@@ -405,6 +405,31 @@ def test_one_se_rule_matches_its_twin(steps):
     assert _one_se_choice(np.ones((1, 7)) * np.arange(7.0)[::-1], steps=steps) == 6
 
 
+def test_largest_local_minimum_matches_its_twin():
+    """The read-out bandwidth's default choice (ccme.tuning._largest_local_minimum) against a loop by hand: the
+    largest index that is below both neighbours (an end below its one neighbour); the global minimiser without one."""
+    from ccme.tuning import _largest_local_minimum
+
+    def twin(total):
+        local = [i for i in range(len(total)) if (i == 0 or total[i] < total[i - 1])
+                 and (i == len(total) - 1 or total[i] < total[i + 1])]
+        return local[-1] if local else int(np.argmin(total))
+
+    rng = np.random.default_rng(3)
+    kinds = set()
+    for _ in range(300):
+        total = np.cumsum(rng.normal(size=7))
+        chosen = _largest_local_minimum(total)
+        assert chosen == twin(total)
+        kinds.add("global" if chosen == int(np.argmin(total)) else "larger")
+    assert kinds == {"global", "larger"}
+    # the proxy's curve of linear_v1's located control arm at seed 1 (README): the edge minimum is passed over
+    curve = np.array([-0.2764, -0.2735, -0.2704, -0.2695, -0.2701, -0.2704, -0.2682])
+    assert _largest_local_minimum(curve) == 5 and int(np.argmin(curve)) == 0
+    assert _largest_local_minimum(np.arange(7.0)[::-1]) == 6  # decreasing: the upper end
+    assert _largest_local_minimum(np.full(7, 1.0)) == 0       # flat: no strict local minimum, the global one
+
+
 def test_binned_convolution_is_the_kernel_matrix_product():
     """The FFT convolution on the bins' regular grid equals the dense product with the read-out kernel's matrix."""
     from ccme.kernels import Kernel
