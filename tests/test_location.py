@@ -350,14 +350,21 @@ def test_bands_of_a_located_fit_are_the_plain_bands_moved_by_the_location(locate
             np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-10, atol=1e-14)
         finite = want.df < 1e6  # in the far tail every unit's share vanishes and Satterthwaite's df, a ratio of vanishing sums, blows up
         np.testing.assert_allclose(got.df[finite], want.df[finite], rtol=1e-6)
-        assert "located" in got.target
-    # the fit's own bands: the residual fit's, V-point by V-point, at y - m(v)
+        assert "located" in got.target and "held fixed" in got.target  # a model given by hand has no units
+    # the fit's own bands with its mean model held fixed: the residual fit's, V-point by V-point, at y - m(v)
     V = res.design.encode_v(PAPER_PROFILES)
     shift = res.embedding(1).shift(v=V)
-    got = res.bands(0.9, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=49, seed=4)
+    held = dataclasses.replace(res, embeddings={
+        arm: emb.residual().with_location(dataclasses.replace(emb.location, residuals=np.zeros_like(emb.location.residuals)))
+        for arm, emb in res.embeddings.items()})
+    got = held.bands(0.9, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=49, seed=4)
     for e in range(len(V)):
         one = plain.bands(0.9, newdata=PAPER_PROFILES.iloc[[e]], arm=1, y=y - shift[e, 0], n_boot=49, seed=4)
         np.testing.assert_array_equal(got.upper_simultaneous[e], one.upper_simultaneous[0])
+    # with its coefficient error (the default): the same centre, another spread
+    full = res.bands(0.9, newdata=PAPER_PROFILES, arm=1, y=y, n_boot=49, seed=4)
+    np.testing.assert_array_equal(full.estimate, got.estimate)
+    assert not np.allclose(full.se, got.se) and "error included" in full.target
 
 
 @pytest.mark.parametrize("feature", ["density", "cdf"])

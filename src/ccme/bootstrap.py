@@ -548,9 +548,7 @@ def _located_linear(res, arm, V, points, feature, kernel: Kernel, *, per_term: d
                 for e in range(len(V))]
         transform = [None] * len(V)
     model = res.embeddings[arm].location
-    w = None if res.sampling_weights is None or res.sampling_weights.active is None \
-        else res.sampling_weights.active[model.units]
-    influence = model.coefficient_influence(res.design.V[model.units], w)
+    influence = model.coefficient_influence(res.design.V[model.units], _location_weights(res, model))
     derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, points, feature, kernel, shift)
     return _Located(rows=rows, transform=transform, units=model.units, influence=influence, derivative=derivative)
 
@@ -592,6 +590,12 @@ class _Interpolation(NamedTuple):
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         return sum(values[..., self.nodes[k]] * self.weights[k] for k in range(4))
+
+
+def _location_weights(res, model) -> np.ndarray | None:
+    """The sampling weights of the mean model's units (None for an unweighted fit)."""
+    active = None if res.sampling_weights is None else res.sampling_weights.active
+    return None if active is None else active[model.units]
 
 
 def _moment_shift(s: np.ndarray) -> np.ndarray:
@@ -905,7 +909,7 @@ def satterthwaite_df(variance: np.ndarray, fourth: np.ndarray) -> np.ndarray:
 
 @serial_blas
 def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, level: float, n_boot: int,
-          seed, target: str = "smoothed") -> Bands:
+          seed, target: str = "smoothed", extra: tuple = ()) -> Bands:
     """Pointwise and simultaneous bands (see :meth:`ccme.CCMEResult.bands`).
 
     The bias-reduced bands (``target="smoothed"``) also correct the
@@ -956,6 +960,8 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
     pointwise = {**how, "leverage": LEVERAGE_POINTWISE} if small_sample else how
     shared = {"features": features, "cache": cache}
     estimate, mass, lin, lin_mass = _unit_mass(res, arm, V, y, feature, kernel, {**pointwise, **shared})
+    extra = list(extra) if small_sample else []  # noise terms from outside the fit (a located fit's mean model)
+    lin = lin + extra
     g = _multipliers(res.n, n_boot, seed)
     window = variance_window(y, kernel) if small_sample else None
     narrowed = _undersmoothed_parts(res, arm, how["restore"], cache) if small_sample else None
@@ -963,6 +969,7 @@ def bands(res, V: np.ndarray, index, y: np.ndarray, *, arm: int, feature: str, l
         centre_s, mass_s, lin_s, lin_mass_s = _unit_mass(res, arm, V, y, feature, kernel,
                                                          {**how, **shared, "parts": narrowed,
                                                           "leverage": LEVERAGE_CORRECTION})
+        lin_s = lin_s + extra
     shape = estimate.shape
     lower, upper, lo_s, up_s, se, df = (np.empty(shape) for _ in range(6))
     for e in range(shape[0]):
@@ -1009,24 +1016,35 @@ def _located_bands(res, V, index, y, *, arm, feature, level, n_boot, seed, targe
     The estimate at (v, y) is the residual embedding's at (v, y − m̂_a(v))
     (:mod:`ccme.location`), and :func:`bands` takes each V-point's critical
     values on its own, so the bands are the residual fit's, one V-point at a
-    time, with the same multipliers (the same ``seed``).  The mean model m̂
-    is held fixed: its own sampling error has no term here (a linear model's,
-    O(n^(−1/2)) against the density's slower rate; the tests and effect
-    intervals include it, :class:`_Located`); the coverage study measures
-    what that leaves out (README, "A location stage").
+    time, with the same multipliers (the same ``seed``).  The bias-aware
+    bands (``target="smoothed"``) also carry the mean model's coefficient
+    error, as the tests and effect intervals do (:class:`_Located`): one
+    more noise term per V-point, each unit's Ψ_i times the feature's
+    derivative along the coefficients (:func:`_location_derivative`).
     """
     residual = residual_result(res)
     shift = res.embeddings[arm].shift(v=V)
+    model = res.embeddings[arm].location
+    # The plain bands hold the first stage fixed, and so the mean model; so does a model saved without its units.
+    moved = target == "smoothed" and model.units is not None
+    extra = [()] * len(V)
+    if moved:
+        influence = model.coefficient_influence(res.design.V[model.units], _location_weights(res, model))
+        derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, y, feature,
+                                          res.embeddings[arm].readout_kernel(feature), shift)
+        extra = [(_Linear(units=model.units, beta=np.ones((len(model.units), 1)), P=None, R=influence @ D),)
+                 for D in derivative]
     per_point = [bands(residual, V[e : e + 1], [index[e]], y - shift[e], arm=arm, feature=feature, level=level,
-                       n_boot=n_boot, seed=seed, target=target) for e in range(len(V))]
+                       n_boot=n_boot, seed=seed, target=target, extra=extra[e]) for e in range(len(V))]
     first = per_point[0]
 
     def stacked(name):
         values = [getattr(b, name) for b in per_point]
         return None if values[0] is None else np.concatenate(values, axis=0)
 
+    held = "the mean model's error included" if moved else "the mean model held fixed"
     return replace(first, y=y[:, 0], index=list(index), target=first.target + "; located: the residual's bands at "
-                   "y - m(v), the mean model held fixed",
+                   f"y - m(v), {held}",
                    **{name: stacked(name) for name in ("estimate", "lower", "upper", "lower_simultaneous",
                                                         "upper_simultaneous", "se", "mass", "df",
                                                         "estimate_simultaneous")})
