@@ -9,10 +9,13 @@ coverage study's three V-points (``coverage.py --location linear --effects-only`
   model estimates), its mean difference moved back by m₁(v) − m₀(v);
 
 optionally with the true propensity (``--propensity true``), and prints, per V-point, the estimate's bias and spread
-over data sets against the bootstrap's mean standard error, and the intervals' coverage::
+over data sets against the bootstrap's mean standard error, and the intervals' coverage.  ``--fixed`` fits only
+``fixed``: the located fit with ``tune="none"`` and the hyperparameters the tuning chose on another data set (seed
+999), so that the tuning's own variability is left out::
 
     python benchmarks/inference/located_mean_diagnosis.py --reps 40
     python benchmarks/inference/located_mean_diagnosis.py --reps 40 --propensity true
+    python benchmarks/inference/located_mean_diagnosis.py --reps 40 --fixed
 
 Output: ``results/located_mean_diagnosis.jsonl`` (one line per data set and variant) and the table on stdout.
 """
@@ -48,6 +51,33 @@ def _mean_diff(res, v_points, rep):
     table = res.effect(newdata=v_points, q=[], alpha=(), level=0.9, n_boot=499, seed=rep)
     md = table[table.term == "mean_diff"]
     return md.estimate.to_numpy(), md.conf_low.to_numpy(), md.conf_high.to_numpy(), md.std_error.to_numpy()
+
+
+def fixed_hyperparameters(n: int) -> dict:
+    """The hyperparameters ``tune="auto"`` chooses for a located fit of linear_v1's data set 999 (σ_y: the arms' mean)."""
+    case = get_case("linear_v1")
+    data, _ = case.simulate(n, 999)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chosen = ccme.fit(case.formula, data, seed=999, location="linear").tuning.chosen
+    return {"x_bandwidth": list(chosen["x_bandwidth"]), "v_bandwidth": [float(b) for b in chosen["v_bandwidth"]],
+            "lam0": chosen["lam0"], "lam1": chosen["lam1"], "lam1_plugin": chosen["lam1_plugin"],
+            "y_bandwidth": float(np.mean(list(chosen["y_bandwidth"].values())))}
+
+
+def one_fixed(rep: int, n: int, hyperparameters: dict) -> list[dict]:
+    """The ``fixed`` variant: a located fit with ``tune="none"`` at ``hyperparameters``."""
+    case = get_case("linear_v1")
+    v_points, _ = study_points(case)
+    truth = _means(case.mixture(v_points, 1)) - _means(case.mixture(v_points, 0))
+    data, _ = case.simulate(n, rep)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ccme.fit(case.formula, data, seed=rep, location="linear", tune="none", **hyperparameters)
+        estimate, low, high, se = _mean_diff(res, v_points, rep)
+    return [{"variant": "fixed", "rep": rep, "n": n, "propensity": "fit", "error": (estimate - truth).tolist(),
+             "se": se.tolist(), "covered": ((low <= truth) & (truth <= high)).astype(float).tolist(),
+             "v_bandwidth": hyperparameters["v_bandwidth"]}]
 
 
 def one(rep: int, n: int, propensity: str) -> list[dict]:
@@ -104,17 +134,21 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--propensity", choices=("fit", "true"), default="fit")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--fixed", action="store_true", help="the located fit at fixed hyperparameters only")
     parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)
     if not args.summarise:
-        done = {(r["rep"], r["n"], r["propensity"]) for r in _read(args.out)}
+        kind = "fixed" if args.fixed else "located"
+        done = {(r["rep"], r["n"], r["propensity"]) for r in _read(args.out) if (r["variant"] == "fixed") == args.fixed}
+        hyperparameters = fixed_hyperparameters(args.n) if args.fixed else None
         for rep in range(args.reps):
-            if (rep, args.n, args.propensity) in done:
+            if (rep, args.n, "fit" if args.fixed else args.propensity) in done:
                 continue
+            rows = one_fixed(rep, args.n, hyperparameters) if args.fixed else one(rep, args.n, args.propensity)
             with args.out.open("a") as fh:
-                for row in one(rep, args.n, args.propensity):
+                for row in rows:
                     fh.write(json.dumps(row) + "\n")
-            print("data set", rep, flush=True)
+            print(kind, "data set", rep, flush=True)
     print(summarise([r for r in _read(args.out) if r["n"] == args.n]))
     return 0
 
