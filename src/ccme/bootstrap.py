@@ -127,8 +127,8 @@ So the intercept's error cancels, and so does most of the rest where the
 V-kernel is narrow; where the residual's law hardly depends on V (a wide
 V-kernel, the case the stage is for), the slope's error is what is left and
 is of the order of the estimate's own spread.  The located bands
-(:func:`_located_bands`) are the residual fit's, V-point by V-point, with
-the mean model held fixed.  ``benchmarks/calibration.py --location linear``
+(:func:`_located_bands`) are the residual fit's, V-point by V-point, the
+bias-aware ones with the same coefficient term.  ``benchmarks/calibration.py --location linear``
 and ``benchmarks/inference/coverage.py --location linear --effects-only``
 measure the tests' size and the intervals' coverage (README, "A location stage").
 

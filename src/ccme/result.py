@@ -1290,7 +1290,8 @@ class CCMEResult:
         E[k(Y^a, y) | V = v] (density) or E[K(y − Y^a) | V = v] (CDF), by the
         multiplier bootstrap of :mod:`ccme.bootstrap`.  With a location stage
         (``fit(location=)``) they are the residual fit's bands at y − m̂_a(v),
-        one V-point at a time, the mean model held fixed.
+        one V-point at a time, with the mean model's coefficient error as one
+        more noise term (``target="smoothed"``; :func:`ccme.bootstrap._located_bands`).
 
         ``target="smoothed"`` (default) makes them bias-aware, in the spirit of
         robust bias correction (Calonico, Cattaneo & Farrell 2018): they are
