@@ -165,7 +165,7 @@ from ._backend import serial_blas
 from .embedding import invert_cdf, normalized_cdf, tail_means
 from .errors import CcmeWarning, DataError, ParameterError
 from .estimators import ESTIMATORS
-from .estimators.base import LinearSecondStage, linear_terms
+from .estimators.base import LinearSecondStage, linear_terms, shared_piece
 from .grids import outcome_grid
 from .kernels import Kernel, median_bandwidth
 from .tuning import ARD_LOG2_RANGE
@@ -548,8 +548,12 @@ def _located_linear(res, arm, V, points, feature, kernel: Kernel, *, per_term: d
                 for e in range(len(V))]
         transform = [None] * len(V)
     model = res.embeddings[arm].location
-    influence = model.coefficient_influence(res.design.V[model.units], _location_weights(res, model))
-    derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, points, feature, kernel, shift)
+    cache = how.get("cache")
+    # One call (effect_intervals) asks for several features of each arm: the model's influence and the atoms'
+    # weights at V are the same for all of them.
+    influence = shared_piece(cache, ("mean model influence", id(model)), lambda: _mean_model_influence(res, model))
+    derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, points, feature, kernel, shift,
+                                      cache)
     return _Located(rows=rows, transform=transform, units=model.units, influence=influence, derivative=derivative)
 
 
@@ -592,10 +596,10 @@ class _Interpolation(NamedTuple):
         return sum(values[..., self.nodes[k]] * self.weights[k] for k in range(4))
 
 
-def _location_weights(res, model) -> np.ndarray | None:
-    """The sampling weights of the mean model's units (None for an unweighted fit)."""
+def _mean_model_influence(res, model) -> np.ndarray:
+    """Ψ (n_units, q): each unit's share of the mean model's coefficient error (its units' V and sampling weights)."""
     active = None if res.sampling_weights is None else res.sampling_weights.active
-    return None if active is None else active[model.units]
+    return model.coefficient_influence(res.design.V[model.units], None if active is None else active[model.units])
 
 
 def _moment_shift(s: np.ndarray) -> np.ndarray:
@@ -607,7 +611,7 @@ def _moment_shift(s: np.ndarray) -> np.ndarray:
     return T
 
 
-def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel, shift) -> np.ndarray:
+def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel, shift, cache=None) -> np.ndarray:
     """∂/∂coef of a located arm's raw feature at each V-point: (n_v, d_v · d, F), row j·d + l for coef[j, l].
 
     A change δcoef of the mean model's coefficients moves m̂(v) by v·δcoef
@@ -619,14 +623,16 @@ def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel
     for the moments, by a central difference of step :data:`_SHIFT_STEP`
     read-out bandwidths for the density and CDF (a shift of the atom by a is
     one of the point by −a).  The weights c_k(v) are the fit's (the term is
-    first order); the residual fit's first stage is held fixed.
+    first order); the residual fit's first stage is held fixed.  ``cache``:
+    the bootstrap's per-call dict, which keeps the atoms and their weights at
+    V for the call's other features.
     """
     parts = embedding.parts
     units = [getattr(part, "atom_units", None) for part in parts]
     if any(u is None for u in units):
         raise ParameterError("the bootstrap of a located fit needs each fold's atoms' units; this fit does not keep "
                              "them (saved by an earlier ccme): fit again")
-    atoms, c = embedding.weights(v=V)
+    atoms, c = shared_piece(cache, ("located atoms", id(parts[0])), lambda: embedding.weights(v=V), inputs=(V,))
     units = np.concatenate(units)
     d_v, d = V.shape[1], shift.shape[1]
     out = np.zeros((len(V), d_v * d, 1 + 2 * d if feature == "moments" else len(points)))
@@ -1029,7 +1035,7 @@ def _located_bands(res, V, index, y, *, arm, feature, level, n_boot, seed, targe
     moved = target == "smoothed" and model.units is not None
     extra = [()] * len(V)
     if moved:
-        influence = model.coefficient_influence(res.design.V[model.units], _location_weights(res, model))
+        influence = _mean_model_influence(res, model)
         derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, y, feature,
                                           res.embeddings[arm].readout_kernel(feature), shift)
         extra = [(_Linear(units=model.units, beta=np.ones((len(model.units), 1)), P=None, R=influence @ D),)
