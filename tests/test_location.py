@@ -306,22 +306,72 @@ def test_location_with_three_arms_and_a_bivariate_outcome():
     assert abs(means[0][0] - 2.0) < 0.4 and abs(means[0][1]) < 0.4
 
 
-def test_auto_keeps_the_fit_with_the_smaller_readout_criterion():
-    from ccme.location import readout_criterion
-
-    data = paper_simulation(500, seed=6)
+def _auto_and_its_candidates(data, formula, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fits = {kind: ccme.fit(F, data, seed=2, location=kind) for kind in (None, "linear", "auto")}
+        return {kind: ccme.fit(formula, data, seed=seed, location=kind) for kind in (None, "linear", "auto")}
+
+
+def _check_auto(fits, want):
+    """"auto" is the candidate the threshold rule picks, fitted as that candidate is on its own."""
+    from ccme.location import AUTO_THRESHOLD, criterion_difference, readout_criterion
+
     auto = fits["auto"]
-    crit = {kind: readout_criterion(fits[kind].tuning) for kind in (None, "linear")}
-    chosen = "linear" if crit["linear"] < crit[None] else None
+    diff, se = criterion_difference(fits["linear"].tuning, fits[None].tuning)
+    # The paired terms add up to the curves' own criteria.
+    np.testing.assert_allclose(diff, readout_criterion(fits["linear"].tuning) - readout_criterion(fits[None].tuning),
+                               rtol=1e-10, atol=1e-12)
+    chosen = "linear" if diff < -AUTO_THRESHOLD * se else None
+    assert chosen == want
     assert auto.tuning.chosen["location"] == (chosen or "none")
     assert (auto.location is None) == (chosen is None)
-    y = np.linspace(0.0, 40.0, 9)
+    y = np.linspace(-10.0, 40.0, 11)
     np.testing.assert_array_equal(auto.density(y, newdata=PAPER_PROFILES), fits[chosen].density(y, newdata=PAPER_PROFILES))
-    assert f"{crit['linear']:.5g}" in auto.tuning.notes[-1] and f"{crit[None]:.5g}" in auto.tuning.notes[-1]
+    note = next(note for note in auto.tuning.notes if note.startswith("location 'auto'"))
+    assert f"{diff:.4g}" in note and f"{se:.3g}" in note
     assert "'auto'" in str(auto.summary(n_boot=0))
+
+
+def test_auto_keeps_the_plain_fit_unless_the_located_one_is_clearly_better():
+    # The paper's simulation, n = 500: the located fit's criterion is higher (0.0059 above, SE 0.0034).
+    _check_auto(_auto_and_its_candidates(paper_simulation(500, seed=6), F, seed=2), want=None)
+
+
+def test_auto_keeps_the_located_fit_where_v_moves_the_law_by_a_shift():
+    # Y^a = 3 x1 + a + N(0, 1): the located fit's criterion is lower by many standard errors.
+    data = paper_simulation(500, seed=6)
+    data = data.assign(y=3.0 * data.x1 + data.a + np.random.default_rng(3).standard_normal(len(data)))
+    _check_auto(_auto_and_its_candidates(data, F, seed=2), want="linear")
+
+
+def test_criterion_difference_is_the_sum_of_paired_unit_differences():
+    """Against a plain numpy twin: unit totals over arms, then √m times their standard deviation."""
+    from ccme.location import criterion_difference
+    from ccme.tuning import TuningCurve, TuningReport
+
+    rng = np.random.default_rng(0)
+
+    def report(terms):
+        curves = [TuningCurve("y_bandwidth", np.ones(1), np.array([t.sum()]), "ISE", 1.0, arm,
+                              held=(units[arm], t)) for arm, t in terms.items()]
+        return TuningReport(curves=curves)
+
+    units = {1: np.array([0, 2, 5, 7]), 0: np.array([1, 2, 3, 7, 9])}   # units 2 and 7 held in both arms
+    a = {arm: rng.standard_normal(len(u)) for arm, u in units.items()}
+    b = {arm: rng.standard_normal(len(u)) for arm, u in units.items()}
+    totals = {}
+    for arm in units:
+        for unit, da in zip(units[arm], a[arm] - b[arm]):
+            totals[unit] = totals.get(unit, 0.0) + da
+    d = np.array(list(totals.values()))
+    diff, se = criterion_difference(report(a), report(b))
+    np.testing.assert_allclose(diff, d.sum(), rtol=1e-12)
+    np.testing.assert_allclose(se, np.sqrt(len(d) * np.sum((d - d.mean()) ** 2) / (len(d) - 1)), rtol=1e-12)
+    # Other held units, or none: no difference to threshold.
+    moved = report(a)
+    moved.curves[0] = TuningCurve("y_bandwidth", np.ones(1), np.ones(1), "ISE", 1.0, 1, held=(units[1] + 1, a[1]))
+    assert np.isnan(criterion_difference(moved, report(b))).all()
+    assert np.isnan(criterion_difference(TuningReport(), report(b))).all()
 
 
 @pytest.mark.parametrize("kwargs", [dict(tune="none"), dict(y_bandwidth=2.0)])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import importlib
 import io
 import sys
 import time
@@ -34,14 +35,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import ccme  # noqa: E402
-from ccme.location import readout_criteria  # noqa: E402
+from ccme.location import criterion_difference, readout_criteria  # noqa: E402
 
 from benchmarks.accuracy.run import Problem, git_commit  # noqa: E402
 from benchmarks.accuracy.zoo import CASES  # noqa: E402
+from benchmarks.tuning_rule import parse_setting  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FIELDS = ["case", "seed", "arm", "ise_plain", "ise_located", "crit_plain", "crit_located", "sec_plain",
-          "sec_located", "commit"]
+          "sec_located", "diff", "diff_se", "commit"]
+#: Thresholds (standard errors of the criteria's paired difference) whose "auto" rule the report shows.
+THRESHOLDS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
 def criterion_minima(res) -> dict:
@@ -52,6 +56,7 @@ def criterion_minima(res) -> dict:
 def one(case, seed: int, n_eval: int) -> list[dict]:
     problem = Problem(case, case.n, seed, n_eval)
     rows = {arm: {"case": case.name, "seed": seed, "arm": arm, "commit": git_commit()[0]} for arm in (1, 0)}
+    tuning = {}
     for label, location in (("plain", None), ("located", "linear")):
         started = time.perf_counter()
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
@@ -60,8 +65,13 @@ def one(case, seed: int, n_eval: int) -> list[dict]:
             scores = problem.score(res)
         seconds = time.perf_counter() - started
         crit = criterion_minima(res)
+        tuning[label] = res.tuning
         for arm in (1, 0):
             rows[arm].update({f"ise_{label}": scores[arm], f"crit_{label}": crit[arm], f"sec_{label}": seconds})
+    # The paired difference over both arms (what "auto" thresholds), the same on both arms' rows.
+    diff, se = criterion_difference(tuning["located"], tuning["plain"])
+    for row in rows.values():
+        row.update(diff=diff, diff_se=se)
     return list(rows.values())
 
 
@@ -72,23 +82,29 @@ def report(frame: pd.DataFrame) -> list[str]:
     f["pick"] = np.where(f.crit_located < f.crit_plain, f.ise_located, f.ise_plain)
     f["best"] = np.minimum(f.ise_located, f.ise_plain)
     f["right"] = (f.crit_located < f.crit_plain) == (f.ise_located < f.ise_plain)
+    paired = "diff_se" in f   # NaN (no read-out criterion: the bivariate case) keeps the plain fit
+    rules = {"located": "ise_located", "auto": "auto", "per arm": "pick", "oracle": "best"}
+    if paired:
+        for z in THRESHOLDS:
+            f[f"z={z:g}"] = np.where(f["diff"] < -z * f.diff_se, f.ise_located, f.ise_plain)
+            rules[f"z={z:g}"] = f"z={z:g}"
     lines = ["ISE ratios to the plain fit (mean ISE over seeds); 'right': seeds where the per-arm criterion picks "
-             "the fit with the smaller ISE",
-             f"{'case':16s} {'arm':>3s} {'ISE plain':>10s} {'located':>9s} {'ratio':>6s} {'auto':>6s} "
-             f"{'per arm':>8s} {'oracle':>7s} {'right':>6s}"]
-    ratios = {"located": [], "auto": [], "per arm": [], "oracle": []}
+             "the fit with the smaller ISE" + ("; z=c: located where the paired difference of the criteria (summed "
+                                               "over arms) is below -c standard errors" if paired else ""),
+             f"{'case':16s} {'arm':>3s} {'ISE plain':>10s} " + " ".join(f"{k:>8s}" for k in rules) + f" {'right':>6s}"]
+    ratios = {k: [] for k in rules}
     for (case, arm), g in f.groupby(["case", "arm"], sort=False):
         base = g.ise_plain.mean()
-        r = {"located": g.ise_located.mean() / base, "auto": g.auto.mean() / base, "per arm": g.pick.mean() / base,
-             "oracle": g.best.mean() / base}
+        r = {k: g[col].mean() / base for k, col in rules.items()}
         for k, v in r.items():
             ratios[k].append(v)
-        lines.append(f"{case:16s} {arm:3d} {base:10.5f} {g.ise_located.mean():9.5f} {r['located']:6.3f} "
-                     f"{r['auto']:6.3f} {r['per arm']:8.3f} {r['oracle']:7.3f} {int(g.right.sum()):3d}/{len(g)}")
+        lines.append(f"{case:16s} {arm:3d} {base:10.5f} " + " ".join(f"{v:8.3f}" for v in r.values())
+                     + f" {int(g.right.sum()):3d}/{len(g)}")
     lines.append("geometric mean ratio to the plain fit over case-arms: " + ", ".join(
         f"{k} {np.exp(np.mean(np.log(v))):.3f}" for k, v in ratios.items()))
-    worst = {k: np.max(v) for k, v in ratios.items()}
-    lines.append("largest case-arm ratio: " + ", ".join(f"{k} {v:.2f}" for k, v in worst.items()))
+    lines.append("largest case-arm ratio: " + ", ".join(f"{k} {np.max(v):.2f}" for k, v in ratios.items()))
+    lines.append("case-arms more than 10% worse than the plain fit: " + ", ".join(
+        f"{k} {int(np.sum(np.array(v) > 1.1))}" for k, v in ratios.items()))
     lines.append(f"the criterion picks the fit with the smaller ISE in {int(f.right.sum())} of {len(f)} case-arm-seeds; "
                  f"fit seconds plain {f.drop_duplicates(['case', 'seed']).sec_plain.sum():.0f}, located "
                  f"{f.drop_duplicates(['case', 'seed']).sec_located.sum():.0f} (with the zoo's density evaluation)")
@@ -103,14 +119,23 @@ def main(argv=None) -> int:
     p.add_argument("--eval-points", type=int, default=150)
     p.add_argument("--y-rule", default=None, choices=["min", "one_se", "one_se_step", "largest_local"],
                    help="set ccme.tuning.Y_BANDWIDTH_RULE for both fits (default: the package's)")
+    p.add_argument("--setting", default=None,
+                   help="one module constant for both fits, e.g. ccme.tuning.READOUT_AUGMENTED=True (give --tag)")
+    p.add_argument("--tag", default="", help="a suffix of the results' file names")
     args = p.parse_args(argv)
+    if args.setting is not None:
+        module, name, key, (value, *rest) = parse_setting(args.setting)
+        if rest or key is not None or not args.tag:
+            raise SystemExit("--setting takes one value of a plain constant, with a --tag")
+        setattr(importlib.import_module(module), name, value)
     if args.y_rule is not None:
         import ccme.tuning
 
         ccme.tuning.Y_BANDWIDTH_RULE = args.y_rule
     cases = [CASES[c] for c in args.cases.split(",")] if args.cases else [
         c for c in CASES.values() if c.split == args.split]
-    out = HERE / "results" / f"location_choice_{args.split}{'' if args.y_rule is None else '_' + args.y_rule}.csv"
+    tag = ("" if args.y_rule is None else "_" + args.y_rule) + (f"_{args.tag}" if args.tag else "")
+    out = HERE / "results" / f"location_choice_{args.split}{tag}.csv"
     done = set()
     if out.exists():
         done = {(r["case"], r["seed"]) for r in csv.DictReader(out.open())}
@@ -133,7 +158,9 @@ def main(argv=None) -> int:
     print(text)
     (out.with_suffix(".txt")).write_text(
         f"python benchmarks/accuracy/location_choice.py --split {args.split} --seeds {args.seeds}"
-        + ("" if args.y_rule is None else f" --y-rule {args.y_rule}") + "\n\n" + text + "\n")
+        + ("" if args.y_rule is None else f" --y-rule {args.y_rule}") + (f" --tag {args.tag}" if args.tag else "")
+        + (f" --setting {args.setting}" if args.setting else "")
+        + "\n\n" + text + "\n")
     return 0
 
 

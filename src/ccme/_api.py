@@ -305,12 +305,14 @@ def fit(
         V (semi-synthetic IHDP, V = its 25 covariates: about half the error),
         and can hurt where V changes the law's shape (a bimodal law whose
         modes move with V: about twice the error); README, "Accuracy".
-        "auto" fits with and without it and keeps the fit whose read-out
-        criterion (the least-squares cross-validation that chooses σ_y) is
-        smaller, for every arm (:func:`ccme.location.choose_location`; about
-        twice the fit's time).  Bands are the residual fit's at y − m̂_a(v),
-        the mean model held fixed (README: their coverage); the bootstrap's
-        tests and effect intervals do not take it yet (a ParameterError).
+        "auto" tunes both and keeps the located fit, for every arm, only
+        where its read-out criterion (the least-squares cross-validation that
+        chooses σ_y) is below the plain fit's by more than
+        :data:`ccme.location.AUTO_THRESHOLD` standard errors of their paired
+        difference (:func:`ccme.location.choose_location`); the tuning runs
+        twice, the cross-fit once (twice for the neural estimators, whose σ_y
+        is chosen on the fitted embeddings).  Bands, tests and effect
+        intervals take the mean model's error in (:mod:`ccme.bootstrap`).
 
     Returns
     -------
@@ -421,7 +423,7 @@ def fit(
     # tune, then cross-fit: on Y, on the residual of a location stage, or on both and keep the better ("auto")
     fold_seeds = rng.integers(2**31 - 1, size=len(fold_list))
     readout_seed = int(rng.integers(2**31 - 1)) if "y_bandwidth" in grids else None
-    fits = {}
+    candidates = {}
     for kind in ((None, "linear") if location == "auto" else (location,)):
         data_k, params_k, locations = crossfit_data, params, None
         if kind is not None:
@@ -431,9 +433,17 @@ def fit(
                                                sampling_weights=sw)
             data_k = dataclasses.replace(crossfit_data, design=dataclasses.replace(design, Y=residual))
             params_k = estimator.prepare(options, design=data_k.design, Xo=Xo, seed=prepare_seed)
-        fits[kind] = _Estimate(*_estimate(estimator, params_k, data_k, folds=fold_list, grids=grids, tune=tune,
-                                          fold_seeds=fold_seeds, readout_seed=readout_seed), data_k, locations)
-    chosen = fits[choose_location(fits) if location == "auto" else location]
+        candidates[kind] = _Estimate(_tuned(estimator, params_k, data_k, folds=fold_list, grids=grids, tune=tune,
+                                            fold_seeds=fold_seeds), None, 0.0, data_k, locations)
+    # "auto" chooses before the cross-fit where the read-out bandwidth was chosen on the tuning's proxy
+    # (ridge), so that only the kept candidate is fitted; otherwise (neural) both are fitted first.
+    fitted = candidates
+    if location == "auto" and all(c.tuned.report.pending_readout is not None for c in candidates.values()):
+        kept = choose_location(candidates)
+        fitted = {kept: candidates[kept]}
+    fits = {kind: _cross_fitted(estimator, c, folds=fold_list, grids=grids, fold_seeds=fold_seeds,
+                                readout_seed=readout_seed) for kind, c in fitted.items()}
+    chosen = fits[next(iter(fits)) if len(fits) == 1 else choose_location(fits)]
     tuned, embeddings, crossfit_data, locations = chosen.tuned, chosen.embeddings, chosen.data, chosen.locations
     weighting["design"] = crossfit_data.design
     if n_rep > 1:
@@ -448,7 +458,7 @@ def fit(
                       for arm, emb in embeddings.items()}
     timing = {
         "propensity": prop_seconds,
-        "tuning": sum(fit.tuned.report.seconds for fit in fits.values()),
+        "tuning": sum(c.tuned.report.seconds for c in candidates.values()),  # the dropped one's too
         "estimator": sum(fit.seconds for fit in fits.values()),
         "total": time.perf_counter() - started,
     }
@@ -471,19 +481,23 @@ class _Estimate(NamedTuple):
     locations: dict | None
 
 
-def _estimate(estimator, params, data, *, folds, grids, tune, fold_seeds, readout_seed):
-    """Tune, cross-fit and choose the read-out bandwidth on ``data``: (Tuned, {arm: Embedding}, cross-fit seconds)."""
-    tuned = Tuned(params, TuningReport())
-    if not (isinstance(tune, str) and tune == "none"):
-        tuned = estimator.tune(params, data=data, folds=folds, grids=grids, seeds=fold_seeds,
-                               auto=isinstance(tune, str))
+def _tuned(estimator, params, data, *, folds, grids, tune, fold_seeds) -> Tuned:
+    """The estimator's hyperparameters tuned on ``data`` (as given where ``tune="none"``)."""
+    if isinstance(tune, str) and tune == "none":
+        return Tuned(params, TuningReport())
+    return estimator.tune(params, data=data, folds=folds, grids=grids, seeds=fold_seeds, auto=isinstance(tune, str))
+
+
+def _cross_fitted(estimator, candidate: "_Estimate", *, folds, grids, fold_seeds, readout_seed) -> "_Estimate":
+    """``candidate`` cross-fitted at its tuned hyperparameters, read out with its tuned bandwidth σ_y."""
+    tuned, data = candidate.tuned, candidate.data
     started = time.perf_counter()
     embeddings = cross_fit(estimator, tuned.params, data, folds, fold_seeds, tuned.prebuilt)
     seconds = time.perf_counter() - started
     if readout_seed is not None:
         embeddings = tune_readout(embeddings, data=data, folds=folds, grids=grids, seed=readout_seed,
                                   report=tuned.report)
-    return tuned, embeddings, seconds
+    return candidate._replace(embeddings=embeddings, seconds=seconds)
 
 
 def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, normalize_weights, Xo, n_threads,

@@ -53,7 +53,8 @@ import numpy as np
 
 from .errors import DataError, FormatError, ParameterError
 
-__all__ = ["LocationModel", "LOCATIONS", "check_location", "choose_location", "fit_location", "readout_criteria",
+__all__ = ["AUTO_THRESHOLD", "LocationModel", "LOCATIONS", "check_location", "choose_location", "criterion_difference",
+           "fit_location", "readout_criteria",
            "readout_criterion", "ridge_loo"]
 
 #: What ``fit(location=...)`` takes besides None (no location stage): the linear model, or "auto", the fit with or
@@ -127,30 +128,89 @@ def readout_criterion(report) -> float:
     return float(sum(values.values())) if values else float("nan")
 
 
-def choose_location(fits: dict):
-    """``location="auto"``: the location stage (None or "linear") whose fit scores lower on :func:`readout_criterion`.
+#: ``location="auto"`` keeps the located fit only where its read-out criterion is below the plain fit's by more
+#: than this many standard errors of their paired difference (:func:`criterion_difference`).  The criterion is a
+#: noisy estimate of the ISE; at 0 a difference smaller than its noise picks the located fit as often as not.
+#: Chosen on the zoo's "choose" split (benchmarks/accuracy/location_choice.py).
+AUTO_THRESHOLD = 1.0
 
-    One choice for every arm, so that the result's hyperparameters, tuning
-    report and summary describe every arm's fit.  The choice and both
-    criteria go into the chosen fit's tuning report (``chosen["location"]``
-    and a note).
+
+def criterion_difference(report, reference) -> tuple[float, float]:
+    """The read-out criterion of ``report`` less that of ``reference``, summed over the arms, and its standard error.
+
+    Both fits score the same held-out units (same data, folds and seed), so
+    the difference is a sum of paired per-unit differences.  A unit's
+    differences are summed over its arms and folds first (it is held out in
+    several folds, and in every arm by the augmented criterion), and the
+    standard error is that of a sum of m such unit totals d_u:
+    √(m / (m − 1) Σ_u (d_u − d̄)²).
+
+    Parameters
+    ----------
+    report, reference : ccme.tuning.TuningReport
+        Two fits' tuning reports, each with its read-out curves' held terms.
+
+    Returns
+    -------
+    (float, float)
+        The difference and its standard error; NaN where a criterion or its terms are missing, or the two fits
+        held out different units.
+    """
+    def held(r):
+        # Before the cross-fit, a proxy's read-out curves wait in ``pending_readout`` (ccme.tuning.tune_readout).
+        pending = r.pending_readout[1] if r.pending_readout is not None else []
+        return {c.arm: c.held for c in (*r.curves, *pending) if c.parameter == "y_bandwidth" and c.arm is not None}
+
+    ours, theirs = held(report), held(reference)
+    if not ours or ours.keys() != theirs.keys() or any(v is None for v in (*ours.values(), *theirs.values())):
+        return float("nan"), float("nan")
+    units, diffs = [], []
+    for arm, (u, t) in ours.items():
+        u0, t0 = theirs[arm]
+        if not np.array_equal(u, u0):
+            return float("nan"), float("nan")
+        units.append(u)
+        diffs.append(t - t0)
+    units, diffs = np.concatenate(units), np.concatenate(diffs)
+    _, inverse = np.unique(units, return_inverse=True)
+    d = np.bincount(inverse, weights=diffs)
+    m = d.size
+    se = float(np.sqrt(m) * np.std(d, ddof=1)) if m > 1 else float("nan")
+    return float(d.sum()), se
+
+
+def choose_location(fits: dict, threshold: float | None = None):
+    """``location="auto"``: the linear location stage where its read-out criterion is clearly lower, else none.
+
+    The located fit is kept where its criterion (summed over the arms) is
+    below the plain fit's by more than ``threshold`` standard errors of the
+    paired difference (:func:`criterion_difference`): the stage changes the
+    estimate everywhere, and a difference within the criterion's noise is no
+    evidence that it helps.  One choice for every arm, so that the result's
+    hyperparameters, tuning report and summary describe every arm's fit.
+    The choice, the difference and its standard error go into the chosen
+    fit's tuning report (``chosen["location"]`` and a note).
 
     Parameters
     ----------
     fits : dict
         None / "linear" → the fit's estimate, whose ``tuned`` is its :class:`ccme.estimators.base.Tuned`.
+    threshold : float, optional
+        In standard errors; default :data:`AUTO_THRESHOLD`.
 
     Returns
     -------
     None or str
-        The key of the chosen fit (None on a tie or where a criterion is missing).
+        The key of the chosen fit (None where the difference is not clear or cannot be computed).
     """
-    scores = {kind: readout_criterion(fit.tuned.report) for kind, fit in fits.items()}
-    kind = "linear" if scores["linear"] < scores[None] else None
+    threshold = AUTO_THRESHOLD if threshold is None else float(threshold)
+    diff, se = criterion_difference(fits["linear"].tuned.report, fits[None].tuned.report)
+    kind = "linear" if diff < -threshold * se else None
     report = fits[kind].tuned.report
     report.chosen["location"] = "linear" if kind else "none"
     report.notes.append(f"location 'auto': {'linear' if kind else 'none'} chosen by the read-out criterion "
-                        f"({scores['linear']:.5g} with the linear location stage, {scores[None]:.5g} without)")
+                        f"(linear minus none {diff:.4g}, standard error {se:.3g}; linear where below "
+                        f"-{threshold:g} standard errors)")
     return kind
 
 

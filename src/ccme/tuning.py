@@ -222,6 +222,10 @@ class TuningCurve:
     arm: int | None = None
     factor: float | None = None
     group: str | None = None
+    #: For a read-out curve, the held-out units and their terms of the criterion at the chosen value
+    #: ((units,), (units,) arrays; the criterion is the terms' sum): what :func:`ccme.location.choose_location`
+    #: pairs between two fits.  Fit-time only: never saved.
+    held: tuple | None = field(default=None, repr=False, compare=False)
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
     STATE_SCHEMA = "ccme.TuningCurve"
@@ -1921,7 +1925,9 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                      for arm in design.arms}
         out, curves = {}, []
         for arm in design.arms:
-            out[arm], curve = _chosen_y_bandwidth(base, factors, terms[arm][factor_of[arm]], arm)
+            units = np.concatenate([held[(k, arm)][1] for k in range(len(folds)) if (k, arm) in held]) \
+                if terms[arm].shape[1] else np.zeros(0, dtype=np.int64)
+            out[arm], curve = _chosen_y_bandwidth(base, factors, terms[arm][factor_of[arm]], arm, units)
             curves.append(curve)
     if not search:
         return out, curves, lam1
@@ -1951,11 +1957,12 @@ def _binned_convolution(bins: _Bins, mass: np.ndarray, base: Kernel, factor: flo
 # ---------------------------------------------------------------------------
 # outcome bandwidth by weighted least-squares cross-validation
 # ---------------------------------------------------------------------------
-def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, arm: int):
+def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, arm: int, units: np.ndarray):
     """The read-out kernel chosen on the weighted ISE-CV, and its curve.
 
     ``terms`` (held units, factors) are the held-out units' scaled terms; the
-    criterion is their sum.  The choice is, with :data:`Y_BANDWIDTH_RULE`
+    criterion is their sum; ``units`` (held units,) are their rows, kept with
+    the chosen column in the curve's ``held``.  The choice is, with :data:`Y_BANDWIDTH_RULE`
     ``"largest_local"`` (default), its largest local minimiser
     (:func:`_largest_local_minimum`); with ``"min"`` its minimiser; with
     ``"one_se"`` / ``"one_se_step"`` the widest bandwidth (one grid step
@@ -1972,7 +1979,8 @@ def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, ar
     kernel = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
                     f"{base.rule} x {factors[best]:g}, weighted ISE-CV")
     curve = TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
-                        base.bandwidth_array[0] * factors[best], arm, None)
+                        base.bandwidth_array[0] * factors[best], arm, None,
+                        held=(np.asarray(units, dtype=np.int64), terms[:, best].copy()))
     return kernel, curve
 
 
@@ -2038,12 +2046,13 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
     grid = outcome_grid(Y, widest, size=_ISE_GRID)[:, None]
     kernels, curves = {}, []
     for arm in design.arms:
-        per_fold = []
+        per_fold, units = [], []
         for fold, part in zip(folds, embeddings[arm].parts):
             held = fold.nuisance[design.A[fold.nuisance] == arm]
             if held.size == 0:
                 continue
             chosen = np.sort(rng.choice(held, size=min(_ISE_UNITS, held.size), replace=False))
+            units.append(chosen)
             omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
             if sampling_weights is not None:
                 omega = sampling_weights[chosen] * omega
@@ -2067,7 +2076,8 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
                 at_y = np.einsum("kj,kj->j", c, k_y)
                 term[:, i] = scale * omega * (square - 2.0 * at_y)
         terms = np.concatenate(per_fold, axis=0) if per_fold else np.zeros((0, len(factors)))
-        kernels[arm], curve = _chosen_y_bandwidth(base, factors, terms, arm)
+        units = np.concatenate(units) if units else np.zeros(0, dtype=np.int64)
+        kernels[arm], curve = _chosen_y_bandwidth(base, factors, terms, arm, units)
         curves.append(curve)
     return kernels, curves
 
