@@ -19,8 +19,9 @@ where a Gaussian kernel in V cannot.  Where V changes the shape (modes
 that move apart), the residual still depends on V and the V-kernel learns
 it, but a poor mean can make that harder (the zoo's ``mixture_v3``: about
 twice the error), so the stage is an option, not the default;
-``location="auto"`` (:func:`choose_location`) fits with and without it and
-keeps the fit whose read-out criterion is smaller.
+``location="auto"`` (:func:`choose_location`) tunes with and without it and
+keeps the located fit where its read-out criterion is lower by more than
+:data:`AUTO_THRESHOLD` standard errors of the paired difference.
 
 The mean model follows the pseudo-outcome of the fit's ``mode``
 (Kennedy's DR-learner for ``"dr"``): a ridge regression on V of
