@@ -226,6 +226,9 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1
     out["qte_smoothed_covered"] = [
         float(r.conf_low <= smooth_qte[profiles.index(r.profile), Q.index(r.at)] <= r.conf_high)
         for r in qte.itertuples()]
+    for term in EFFECT_TERMS:   # the intervals' widths, per profile (and probability level)
+        chosen = rows[rows["term"] == term]
+        out[f"{term}_width"] = [float(w) for w in chosen.conf_high - chosen.conf_low]
     es = {arm: shortfalls(mixes[arm], ALPHA, lo, hi) for arm in (1, 0)}
     es_smooth = {arm: shortfalls(smoothed(mixes[arm], bw[arm]), ALPHA, lo, hi) for arm in (1, 0)}
     for tail in ("lower", "upper"):
@@ -235,6 +238,10 @@ def one_data_set(case, n: int, rep: int, v_points, y: np.ndarray, n_rep: int = 1
             out[f"es_{tail}{name}_covered"] = [float(r.conf_low <= diff[profiles.index(r.profile)] <= r.conf_high)
                                                for r in rows_t.itertuples()]
     return out
+
+
+#: The effect terms whose intervals' widths a data set's row records.
+EFFECT_TERMS = ("mean_diff", "qte", "es_lower", "es_upper")
 
 
 def _means(mix: Mixture) -> np.ndarray:
@@ -317,6 +324,14 @@ def summarise(out: Path, dropped: str = "all") -> str:
                 f"| {case} | {n} | {n_rep} | {len(group)} | {target} | {mean(target + '_smoothed_pointwise'):.3f} | "
                 f"{mean(target + '_smoothed_simultaneous'):.3f} | {mean(target + '_true_pointwise'):.3f} | "
                 f"{mean(target + '_true_simultaneous'):.3f} | {mean(target + '_width'):.4f} | {sim_width} | {effects} |")
+    widths = [(key, group) for key, group in sorted(groups.items())
+              if all(f"{EFFECT_TERMS[0]}_width" in r for r in group)]
+    if widths:   # rows written before the widths were recorded have none
+        lines += ["", "Mean widths of the effect intervals:", "",
+                  "| case | n | n_rep | data sets | " + " | ".join(EFFECT_TERMS) + " |", "|" + "---|" * (4 + len(EFFECT_TERMS))]
+        for (case, n, n_rep), group in widths:
+            cells = " | ".join(f"{np.mean([np.mean(r[f'{t}_width']) for r in group]):.4f}" for t in EFFECT_TERMS)
+            lines.append(f"| {case} | {n} | {n_rep} | {len(group)} | {cells} |")
     return "\n".join(lines)
 
 
