@@ -547,13 +547,14 @@ def _located_linear(res, arm, V, points, feature, kernel: Kernel, *, per_term: d
         rows = [_linear(residual, arm, V, points - shift[e], feature, kernel, per_term=per_term, **how)
                 for e in range(len(V))]
         transform = [None] * len(V)
+        fine = None
     model = res.embeddings[arm].location
     cache = how.get("cache")
     # One call (effect_intervals) asks for several features of each arm: the model's influence and the atoms'
     # weights at V are the same for all of them.
     influence = shared_piece(cache, ("mean model influence", id(model)), lambda: _mean_model_influence(res, model))
     derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, points, feature, kernel, shift,
-                                      cache)
+                                      cache, read=None if fine is None else (fine, transform))
     return _Located(rows=rows, transform=transform, units=model.units, influence=influence, derivative=derivative)
 
 
@@ -611,7 +612,8 @@ def _moment_shift(s: np.ndarray) -> np.ndarray:
     return T
 
 
-def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel, shift, cache=None) -> np.ndarray:
+def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel, shift, cache=None,
+                         read=None) -> np.ndarray:
     """∂/∂coef of a located arm's raw feature at each V-point: (n_v, d_v · d, F), row j·d + l for coef[j, l].
 
     A change δcoef of the mean model's coefficients moves m̂(v) by v·δcoef
@@ -625,7 +627,12 @@ def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel
     one of the point by −a).  The weights c_k(v) are the fit's (the term is
     first order); the residual fit's first stage is held fixed.  ``cache``:
     the bootstrap's per-call dict, which keeps the atoms and their weights at
-    V for the call's other features.
+    V for the call's other features.  ``read``: (fine grid, an
+    :class:`_Interpolation` per V-point) of a one-dimensional outcome's
+    density or CDF at many V-points; the atoms' derivatives are then taken
+    once on that grid, summed per V-point by two products over the atoms
+    (Σ_k c_k(v)(v − V_k)_j = v_j Σ_k c_k(v) − Σ_k c_k(v) V_kj) and read at each
+    V-point's y − m̂(v), as the features themselves are.
     """
     parts = embedding.parts
     units = [getattr(part, "atom_units", None) for part in parts]
@@ -635,6 +642,8 @@ def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel
     atoms, c = shared_piece(cache, ("located atoms", id(parts[0])), lambda: embedding.weights(v=V), inputs=(V,))
     units = np.concatenate(units)
     d_v, d = V.shape[1], shift.shape[1]
+    if read is not None and feature != "moments":
+        return _fine_location_derivative(embedding, V, V_design[units], atoms, c, feature, kernel, *read)
     out = np.zeros((len(V), d_v * d, 1 + 2 * d if feature == "moments" else len(points)))
     for start in range(0, len(atoms), _ATOM_BLOCK):
         block = slice(start, start + _ATOM_BLOCK)
@@ -653,6 +662,29 @@ def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel
                                                kernel.bandwidth_array, embedding.n_threads) for sign in (1.0, -1.0))
                 out[e] += lever.T @ ((ahead - behind) / (2.0 * step))
     return out
+
+
+def _fine_location_derivative(embedding, V, V_atoms, atoms, c, feature, kernel: Kernel, fine, reads) -> np.ndarray:
+    """:func:`_location_derivative` of a one-dimensional outcome read from a fine grid: (n_v, d_v, len(points)).
+
+    The central difference of each atom's feature on the grid, D_k(t), is
+    formed once per block of atoms; per V-point e and coefficient j the sum
+    Σ_k c_k(v_e)(v_e − V_k)_j D_k(t) is v_ej (CᵀD)_e − ((C ∘ V_·j)ᵀD)_e, and is
+    read at y − m̂(v_e) by ``reads[e]``.
+    """
+    step = _SHIFT_STEP * float(kernel.bandwidth_array[0])
+    d_v = V.shape[1]
+    plain = np.zeros((len(V), len(fine)))             # Σ_k c_k(v_e) D_k(t)
+    weighted = np.zeros((d_v, len(V), len(fine)))     # Σ_k c_k(v_e) V_kj D_k(t)
+    for start in range(0, len(atoms), _ATOM_BLOCK):
+        block = slice(start, start + _ATOM_BLOCK)
+        ahead, behind = (atom_features(atoms[block], fine[:, None] - sign * step, feature, kernel.name,
+                                       kernel.bandwidth_array, embedding.n_threads) for sign in (1.0, -1.0))
+        D = (ahead - behind) / (2.0 * step)
+        plain += c[block].T @ D
+        for j in range(d_v):
+            weighted[j] += (c[block] * V_atoms[block, j:j + 1]).T @ D
+    return np.stack([reads[e](V[e][:, None] * plain[e] - weighted[:, e]) for e in range(len(V))])
 
 
 def _term_work(parts: list, V, order: int, per_term: dict, n_threads: int, leverage: float) -> None:
