@@ -11,11 +11,15 @@ coverage study's three V-points (``coverage.py --location linear --effects-only`
 optionally with the true propensity (``--propensity true``), and prints, per V-point, the estimate's bias and spread
 over data sets against the bootstrap's mean standard error, and the intervals' coverage.  ``--fixed`` fits only
 ``fixed``: the located fit with ``tune="none"`` and the hyperparameters the tuning chose on another data set (seed
-999), so that the tuning's own variability is left out::
+999), so that the tuning's own variability is left out.  ``--reference`` fits nothing: ``aipw`` is the textbook
+cross-fitted AIPW estimate of E[R¹ − R⁰] (zero) with the true propensity and an OLS outcome model (correct for
+linear_v1), its influence-function standard error and 90% Wald interval, moved to each V-point by m₁(v) − m₀(v): what
+an efficient, correctly specified estimator covers on the same data sets, the yardstick for the sets' own luck::
 
     python benchmarks/inference/located_mean_diagnosis.py --reps 40
     python benchmarks/inference/located_mean_diagnosis.py --reps 40 --propensity true
     python benchmarks/inference/located_mean_diagnosis.py --reps 40 --fixed
+    python benchmarks/inference/located_mean_diagnosis.py --reps 40 --reference
 
 Output: ``results/located_mean_diagnosis.jsonl`` (one line per data set and variant) and the table on stdout.
 """
@@ -80,6 +84,43 @@ def one_fixed(rep: int, n: int, hyperparameters: dict) -> list[dict]:
              "v_bandwidth": hyperparameters["v_bandwidth"]}]
 
 
+#: The two-sided 90% normal quantile of the reference's Wald interval.
+_Z90 = 1.6448536269514722
+
+
+def textbook_aipw(data, propensity: np.ndarray, seed: int) -> tuple[float, float]:
+    """Cross-fitted (2 folds) AIPW of E[R¹ − R⁰], R = Y − m_A(V) with the true means: (estimate, IF standard error).
+
+    φ_i = m̂₁(X_i) − m̂₀(X_i) + A_i (R_i − m̂₁(X_i)) / π_i − (1 − A_i)(R_i − m̂₀(X_i)) / (1 − π_i), m̂_a an OLS of R
+    on (1, v1, w1, w2) among the other fold's arm-a units; the standard error √(Σ_k var_k(φ) / n_k) / 2.
+    """
+    a = data["a"].to_numpy()
+    r = data["y"].to_numpy() - np.where(a == 1, MEANS[1][0] + MEANS[1][1] * data["v1"],
+                                        MEANS[0][0] + MEANS[0][1] * data["v1"])
+    Z = np.c_[np.ones(len(a)), data[["v1", "w1", "w2"]].to_numpy()]
+    fold = np.random.default_rng(seed).permutation(len(a)) % 2
+    estimates, variances = [], []
+    for k in (0, 1):
+        train, test = fold != k, fold == k
+        m = {arm: Z[test] @ np.linalg.lstsq(Z[train & (a == arm)], r[train & (a == arm)], rcond=None)[0]
+             for arm in (1, 0)}
+        p, at = propensity[test], a[test]
+        phi = m[1] - m[0] + at * (r[test] - m[1]) / p - (1 - at) * (r[test] - m[0]) / (1 - p)
+        estimates.append(phi.mean())
+        variances.append(phi.var(ddof=1) / test.sum())
+    return float(np.mean(estimates)), float(np.sqrt(np.sum(variances)) / 2)
+
+
+def one_reference(rep: int, n: int) -> list[dict]:
+    """The ``aipw`` variant (module docstring): the same error, standard error and coverage at every V-point."""
+    case = get_case("linear_v1")
+    data, _ = case.simulate(n, rep)
+    estimate, se = textbook_aipw(data, np.asarray(case.propensity(data), dtype=float), rep)
+    k = len(study_points(case)[0])
+    return [{"variant": "aipw", "rep": rep, "n": n, "propensity": "true", "error": [estimate] * k, "se": [se] * k,
+             "covered": [float(abs(estimate) <= _Z90 * se)] * k, "v_bandwidth": None}]
+
+
 def one(rep: int, n: int, propensity: str) -> list[dict]:
     case = get_case("linear_v1")
     v_points, _ = study_points(case)
@@ -135,16 +176,24 @@ def main(argv=None) -> int:
     parser.add_argument("--propensity", choices=("fit", "true"), default="fit")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--fixed", action="store_true", help="the located fit at fixed hyperparameters only")
+    parser.add_argument("--reference", action="store_true", help="the textbook AIPW on the same data sets only")
+    parser.add_argument("--first", type=int, default=0, help="the first data set r (data sets first <= r < reps)")
     parser.add_argument("--summarise", action="store_true")
     args = parser.parse_args(argv)
+    if args.fixed and args.reference:
+        parser.error("--fixed and --reference exclude each other")
     if not args.summarise:
-        kind = "fixed" if args.fixed else "located"
-        done = {(r["rep"], r["n"], r["propensity"]) for r in _read(args.out) if (r["variant"] == "fixed") == args.fixed}
+        kind = "fixed" if args.fixed else "aipw" if args.reference else "located"
+        propensity = "fit" if args.fixed else "true" if args.reference else args.propensity
+        done = {(r["rep"], r["n"], r["propensity"]) for r in _read(args.out)
+                if (r["variant"] in ("fixed", "aipw")) == (args.fixed or args.reference)
+                and (r["variant"] == "aipw") == args.reference}
         hyperparameters = fixed_hyperparameters(args.n) if args.fixed else None
-        for rep in range(args.reps):
-            if (rep, args.n, "fit" if args.fixed else args.propensity) in done:
+        for rep in range(args.first, args.reps):
+            if (rep, args.n, propensity) in done:
                 continue
-            rows = one_fixed(rep, args.n, hyperparameters) if args.fixed else one(rep, args.n, args.propensity)
+            rows = (one_fixed(rep, args.n, hyperparameters) if args.fixed else one_reference(rep, args.n)
+                    if args.reference else one(rep, args.n, args.propensity))
             with args.out.open("a") as fh:
                 for row in rows:
                     fh.write(json.dumps(row) + "\n")
