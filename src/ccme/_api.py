@@ -437,12 +437,14 @@ def fit(
                                             fold_seeds=fold_seeds), None, 0.0, data_k, locations)
     # "auto" chooses before the cross-fit where the read-out bandwidth was chosen on the tuning's proxy
     # (ridge), so that only the kept candidate is fitted; otherwise (neural) both are fitted first.
-    fitted = candidates
+    dropped_seconds = 0.0   # the tuning time of a candidate dropped before its cross-fit
     if location == "auto" and all(c.tuned.report.pending_readout is not None for c in candidates.values()):
         kept = choose_location(candidates)
-        fitted = {kept: candidates[kept]}
+        dropped_seconds = sum(c.tuned.report.seconds for kind, c in candidates.items() if kind != kept)
+        candidates = {kept: candidates[kept]}   # and its prebuilt factors freed before the cross-fit
     fits = {kind: _cross_fitted(estimator, c, folds=fold_list, grids=grids, fold_seeds=fold_seeds,
-                                readout_seed=readout_seed) for kind, c in fitted.items()}
+                                readout_seed=readout_seed) for kind, c in candidates.items()}
+    del candidates
     chosen = fits[next(iter(fits)) if len(fits) == 1 else choose_location(fits)]
     tuned, embeddings, crossfit_data, locations = chosen.tuned, chosen.embeddings, chosen.data, chosen.locations
     weighting["design"] = crossfit_data.design
@@ -458,7 +460,7 @@ def fit(
                       for arm, emb in embeddings.items()}
     timing = {
         "propensity": prop_seconds,
-        "tuning": sum(c.tuned.report.seconds for c in candidates.values()),  # the dropped one's too
+        "tuning": dropped_seconds + sum(fit.tuned.report.seconds for fit in fits.values()),
         "estimator": sum(fit.seconds for fit in fits.values()),
         "total": time.perf_counter() - started,
     }
