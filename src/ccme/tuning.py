@@ -222,9 +222,9 @@ class TuningCurve:
     arm: int | None = None
     factor: float | None = None
     group: str | None = None
-    #: For a read-out curve, the held-out units and their terms of the criterion at the chosen value
-    #: ((units,), (units,) arrays; the criterion is the terms' sum): what :func:`ccme.location.choose_location`
-    #: pairs between two fits.  Fit-time only: never saved.
+    #: For a read-out curve, (units, terms): the held-out units' rows and their terms of the criterion at the
+    #: chosen value (the criterion is the terms' sum), what :func:`ccme.location.choose_location` pairs between
+    #: two fits.  Fit-time only: never saved.
     held: tuple | None = field(default=None, repr=False, compare=False)
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
