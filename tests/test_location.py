@@ -437,3 +437,25 @@ def test_the_spline_path_matches_the_exact_one(located, monkeypatch, feature):
     np.testing.assert_allclose(fast, exact, rtol=0, atol=1e-7 * np.abs(exact).max())
     assert np.all(fast[:, 0] == 0.0)
     np.testing.assert_allclose(fast[:, -1], emb.mass(v=V) if feature == "cdf" else 0.0, rtol=1e-12, atol=0)
+
+
+def test_default_is_auto_with_many_covariates_in_v_and_none_with_few():
+    """location="default": "auto" from MANY_V_COVARIATES covariates in V on (the same fit as asking for it), else none."""
+    from ccme.location import MANY_V_COVARIATES
+
+    data = paper_simulation(400, seed=3)
+    many = "y ~ a | " + " + ".join(f"x{j}" for j in range(1, MANY_V_COVARIATES + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        default, auto = (ccme.fit(many, data, seed=1, **kw) for kw in ({}, {"location": "auto"}))
+        few, plain = (ccme.fit(F, data, seed=1, **kw) for kw in ({}, {"location": None}))
+        untuned = ccme.fit(many, data, seed=1, tune="none")
+    y = np.linspace(-10.0, 40.0, 11)
+    v = data.iloc[:3]
+    assert default.tuning.chosen["location"] == auto.tuning.chosen["location"]
+    np.testing.assert_array_equal(default.density(y, newdata=v), auto.density(y, newdata=v))
+    assert any("by default" in note for note in default.tuning.notes)
+    assert "location" not in default.call and "location='auto'" in auto.call
+    # Fewer covariates, or no read-out criterion (tune="none"): no location stage, and no error.
+    assert few.location is None and "location" not in few.tuning.chosen and untuned.location is None
+    np.testing.assert_array_equal(few.density(y, newdata=PAPER_PROFILES), plain.density(y, newdata=PAPER_PROFILES))

@@ -22,7 +22,7 @@ from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
 from .distributed import cluster_estimator, local_frame
 from .formula import build_design, parse_formula
-from .location import check_location, choose_location, fit_location
+from .location import MANY_V_COVARIATES, check_location, choose_location, default_location, fit_location
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics, resolve_clip
 from .propensity_selection import calibration_report
@@ -60,7 +60,7 @@ def fit(
     tune="auto",
     client=None,
     partitions=None,
-    location=None,
+    location="default",
     **hyperparameters,
 ) -> CCMEResult:
     """Estimate the conditional counterfactual distributions p(Y^a | V) of every arm a.
@@ -295,8 +295,12 @@ def fit(
         the formula reads are computed once, here, for the design).
     partitions : int or None, default None
         Row partitions of a fit with ``client`` (None: two per worker thread).
-    location : {None, "linear", "auto"}, default None
-        A location stage (:mod:`ccme.location`): each arm's mean given V as a
+    location : {"default", None, "linear", "auto"}, default "default"
+        "default": "auto" where V has at least
+        :data:`ccme.location.MANY_V_COVARIATES` (10) covariates and σ_y is
+        tuned for a one-dimensional outcome, no location stage otherwise
+        (:func:`ccme.location.default_location`).  None: no location stage.
+        "linear": a location stage (:mod:`ccme.location`), each arm's mean given V as a
         linear ridge regression on V's columns (of the mode's pseudo-outcome:
         Kennedy's DR-learner for ``mode="dr"``), the embedding fitted to the
         residual outcome Y − m̂_A(V) and read out shifted by m̂_a(v).  Exact
@@ -384,6 +388,10 @@ def fit(
                           reference=reference, na_action=na_action,
                           exclude=(weights,) if isinstance(weights, str) else ())
     treatment = design.treatment
+    default = location == "default"
+    if default:
+        location = default_location(n_v_covariates=len(design.v_variables), readout_tuned="y_bandwidth" in grids,
+                                    d_y=design.Y.shape[1])
     check_location(location, readout_tuned="y_bandwidth" in grids, d_y=design.Y.shape[1])
     sampling = resolve_weights(weights, data, design.data_rows)
     sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
@@ -447,6 +455,10 @@ def fit(
     del candidates
     chosen = fits[next(iter(fits)) if len(fits) == 1 else choose_location(fits)]
     tuned, embeddings, crossfit_data, locations = chosen.tuned, chosen.embeddings, chosen.data, chosen.locations
+    if default and location == "auto":
+        tuned.report.notes.append(f"location: 'auto' by default, V having {len(design.v_variables)} covariates "
+                                  f"(at least ccme.location.MANY_V_COVARIATES = {MANY_V_COVARIATES}); location=None "
+                                  "turns it off")
     weighting["design"] = crossfit_data.design
     if n_rep > 1:
         others = [_repetition(seed, r, folds=folds, prop_model=prop_model, prop_cols=prop_cols, clip=clip_arg,
@@ -547,7 +559,7 @@ def _covariate_columns(design, variables) -> np.ndarray:
 
 
 def _describe_call(formula, method, mode, folds, propensity, seed, hyperparameters, weights=None,
-                   location=None) -> str:
+                   location="default") -> str:
     parts = [repr(formula), "data", f"method={method!r}", f"mode={mode!r}", f"folds={folds!r}"]
     if isinstance(propensity, str):
         parts.append(f"propensity={propensity!r}")
@@ -557,7 +569,7 @@ def _describe_call(formula, method, mode, folds, propensity, seed, hyperparamete
         parts.append(f"seed={seed!r}")
     if weights is not None:
         parts.append(f"weights={weights!r}" if isinstance(weights, str) else "weights=<array>")
-    if location is not None:
+    if location != "default":
         parts.append(f"location={location!r}")
     for key, value in hyperparameters.items():
         parts.append(f"{key}={value!r}")
