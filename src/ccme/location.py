@@ -18,10 +18,12 @@ then needs no 25-dimensional kernel smoothing: a linear mean extrapolates
 where a Gaussian kernel in V cannot.  Where V changes the shape (modes
 that move apart), the residual still depends on V and the V-kernel learns
 it, but a poor mean can make that harder (the zoo's ``mixture_v3``: about
-twice the error), so the stage is an option, not the default;
+twice the error), so the stage is not always on:
 ``location="auto"`` (:func:`choose_location`) tunes with and without it and
 keeps the located fit where its read-out criterion is lower by more than
-:data:`AUTO_THRESHOLD` standard errors of the paired difference.
+:data:`AUTO_THRESHOLD` standard errors of the paired difference, and the
+default (:func:`default_location`) is "auto" only with
+:data:`MANY_V_COVARIATES` covariates or more in V.
 
 The mean model follows the pseudo-outcome of the fit's ``mode``
 (Kennedy's DR-learner for ``"dr"``): a ridge regression on V of
