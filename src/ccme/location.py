@@ -159,8 +159,8 @@ def readout_criteria(report) -> dict:
     dict
         Arm code → the criterion's value at the arm's chosen read-out bandwidth.
     """
-    return {c.arm: float(c.criterion[np.argmin(np.abs(np.asarray(c.values) - c.chosen))]) for c in report.curves
-            if c.parameter == "y_bandwidth" and c.arm is not None}
+    return {arm: float(c.criterion[np.argmin(np.abs(np.asarray(c.values) - c.chosen))])
+            for arm, c in report.readout_curves().items()}
 
 
 def readout_criterion(report) -> float:
@@ -197,12 +197,7 @@ def criterion_difference(report, reference) -> tuple[float, float]:
         The difference and its standard error; NaN where a criterion or its terms are missing, or the two fits
         held out different units.
     """
-    def held(r):
-        # Before the cross-fit, a proxy's read-out curves wait in ``pending_readout`` (ccme.tuning.tune_readout).
-        pending = r.pending_readout[1] if r.pending_readout is not None else []
-        return {c.arm: c.held for c in (*r.curves, *pending) if c.parameter == "y_bandwidth" and c.arm is not None}
-
-    ours, theirs = held(report), held(reference)
+    ours, theirs = ({arm: c.held for arm, c in r.readout_curves().items()} for r in (report, reference))
     if not ours or ours.keys() != theirs.keys() or any(v is None for v in (*ours.values(), *theirs.values())):
         return float("nan"), float("nan")
     units, diffs = [], []
@@ -220,11 +215,11 @@ def criterion_difference(report, reference) -> tuple[float, float]:
     return float(d.sum()), se
 
 
-def choose_location(fits: dict, threshold: float | None = None):
+def choose_location(fits: dict):
     """``location="auto"``: the linear location stage where its read-out criterion is clearly lower, else none.
 
     The located fit is kept where its criterion (summed over the arms) is
-    below the plain fit's by more than ``threshold`` standard errors of the
+    below the plain fit's by more than :data:`AUTO_THRESHOLD` standard errors of the
     paired difference (:func:`criterion_difference`): the stage changes the
     estimate everywhere, and a difference within the criterion's noise is no
     evidence that it helps.  One choice for every arm, so that the result's
@@ -236,22 +231,19 @@ def choose_location(fits: dict, threshold: float | None = None):
     ----------
     fits : dict
         None / "linear" → the fit's estimate, whose ``tuned`` is its :class:`ccme.estimators.base.Tuned`.
-    threshold : float, optional
-        In standard errors; default :data:`AUTO_THRESHOLD`.
 
     Returns
     -------
     None or str
         The key of the chosen fit (None where the difference is not clear or cannot be computed).
     """
-    threshold = AUTO_THRESHOLD if threshold is None else float(threshold)
     diff, se = criterion_difference(fits["linear"].tuned.report, fits[None].tuned.report)
-    kind = "linear" if diff < -threshold * se else None
+    kind = "linear" if diff < -AUTO_THRESHOLD * se else None
     report = fits[kind].tuned.report
     report.chosen["location"] = "linear" if kind else "none"
     report.notes.append(f"location 'auto': {'linear' if kind else 'none'} chosen by the read-out criterion "
                         f"(linear minus none {diff:.4g}, standard error {se:.3g}; linear where below "
-                        f"-{threshold:g} standard errors)")
+                        f"-{AUTO_THRESHOLD:g} standard errors)")
     return kind
 
 

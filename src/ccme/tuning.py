@@ -351,6 +351,11 @@ class TuningReport:
         """
         return pd.DataFrame([dict(r) for r in self.relevance], columns=list(self._RELEVANCE_KEYS))
 
+    def readout_curves(self) -> dict:
+        """Arm code → its read-out bandwidth's curve, also while it waits in ``pending_readout`` (before the cross-fit)."""
+        pending = self.pending_readout[1] if self.pending_readout is not None else []
+        return {c.arm: c for c in (*self.curves, *pending) if c.parameter == "y_bandwidth" and c.arm is not None}
+
     def dropped_groups(self, role: str) -> list:
         """The labels of the covariate groups of ``role`` ("X" or "V") that the per-group search dropped."""
         return [r["group"] for r in self.relevance if r["role"] == role and r["dropped"]]
@@ -1877,12 +1882,14 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
         on_grid_kernels = [_backend.gram(bins.centers, grid[:, None], base.name, base.bandwidth_array * f,
                                          normalized=True, n_threads=n_threads) for f in factors]
         terms = {}  # arm → (λ₁ factors, held units, σ_y factors): each held unit's scaled term of the criterion
+        units = {}  # arm → the held units' rows, in the order of their terms
         for arm in design.arms:
-            per_fold = []
+            per_fold, units[arm] = [], []
             for k, fold in enumerate(folds):
                 if (k, arm) not in held:
                     continue
                 size, chosen = held[(k, arm)]
+                units[arm].append(chosen)
                 pairs, binned_d, selves = fitted[(k, arm)] if augmented else (fitted[(k, arm)], None, None)
                 in_arm = A[chosen] == arm
                 omega = np.divide(1.0, scores[chosen, arm], out=np.zeros(len(chosen)), where=in_arm) \
@@ -1925,9 +1932,8 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                      for arm in design.arms}
         out, curves = {}, []
         for arm in design.arms:
-            units = np.concatenate([held[(k, arm)][1] for k in range(len(folds)) if (k, arm) in held]) \
-                if terms[arm].shape[1] else np.zeros(0, dtype=np.int64)
-            out[arm], curve = _chosen_y_bandwidth(base, factors, terms[arm][factor_of[arm]], arm, units)
+            rows = np.concatenate(units[arm]) if units[arm] else np.zeros(0, dtype=np.int64)
+            out[arm], curve = _chosen_y_bandwidth(base, factors, terms[arm][factor_of[arm]], arm, rows)
             curves.append(curve)
     if not search:
         return out, curves, lam1
