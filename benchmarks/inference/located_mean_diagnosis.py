@@ -51,6 +51,18 @@ OUT = HERE / "results" / "located_mean_diagnosis.jsonl"
 MEANS = {1: (1.5, 2.1), 0: (0.5, 1.3)}
 
 
+def true_mean(arm, v1) -> np.ndarray:
+    """m_a(v1) = E[Y^a | v1], linear_v1's true mean (:data:`MEANS`)."""
+    intercept, slope = MEANS[arm]
+    return intercept + slope * np.asarray(v1, dtype=float)
+
+
+def true_residual(data) -> np.ndarray:
+    """R = Y − m_A(V) with the true means: what a perfect location stage fits the embedding to."""
+    return data["y"].to_numpy() - np.where(data["a"].to_numpy() == 1, true_mean(1, data["v1"]),
+                                           true_mean(0, data["v1"]))
+
+
 def _mean_diff(res, v_points, rep):
     table = res.effect(newdata=v_points, q=[], alpha=(), level=0.9, n_boot=499, seed=rep)
     md = table[table.term == "mean_diff"]
@@ -95,8 +107,7 @@ def textbook_aipw(data, propensity: np.ndarray, seed: int) -> tuple[float, float
     on (1, v1, w1, w2) among the other fold's arm-a units; the standard error √(Σ_k var_k(φ) / n_k) / 2.
     """
     a = data["a"].to_numpy()
-    r = data["y"].to_numpy() - np.where(a == 1, MEANS[1][0] + MEANS[1][1] * data["v1"],
-                                        MEANS[0][0] + MEANS[0][1] * data["v1"])
+    r = true_residual(data)
     Z = np.c_[np.ones(len(a)), data[["v1", "w1", "w2"]].to_numpy()]
     fold = np.random.default_rng(seed).permutation(len(a)) % 2
     estimates, variances = [], []
@@ -136,12 +147,8 @@ def one(rep: int, n: int, propensity: str) -> list[dict]:
             arm: emb.residual().with_location(dataclasses.replace(emb.location,
                                                                   residuals=np.zeros_like(emb.location.residuals)))
             for arm, emb in located.embeddings.items()})
-        moved = data.copy()
-        a = moved["a"].to_numpy()
-        moved["y"] = moved["y"] - np.where(a == 1, MEANS[1][0] + MEANS[1][1] * moved["v1"],
-                                           MEANS[0][0] + MEANS[0][1] * moved["v1"])
-        oracle = ccme.fit(case.formula, moved, seed=rep, **options)
-        shift = (MEANS[1][0] + MEANS[1][1] * v) - (MEANS[0][0] + MEANS[0][1] * v)
+        oracle = ccme.fit(case.formula, data.assign(y=true_residual(data)), seed=rep, **options)
+        shift = true_mean(1, v) - true_mean(0, v)
         for name, res, back in (("located", located, 0.0), ("held", held, 0.0), ("oracle", oracle, shift)):
             estimate, low, high, se = _mean_diff(res, v_points, rep)
             rows.append({"variant": name, "rep": rep, "n": n, "propensity": propensity,
