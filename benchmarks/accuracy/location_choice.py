@@ -6,13 +6,15 @@ value at the chosen σ_y of the tuning's weighted least-squares cross-validation
 criterion, ``res.tuning.curves``; an estimate of the ISE up to a constant, on the same held-out units
 and weights in both fits, so the two values compare).  It then prints, per case and arm, the
 mean ISE of each fit, how often the criterion picks the fit with the smaller ISE, and the geometric
-mean ISE ratio (to the plain fit) of four rules: always located; ``location="auto"``, which picks
-one fit for both arms by the sum of their criteria (:func:`ccme.location.choose_location`); the
-criterion's pick per arm; and the oracle's pick per arm::
+mean ISE ratio (to the plain fit) of these rules: always located; the criterion's pick per arm; the
+oracle's pick per arm; and ``location="auto"`` at each of :data:`THRESHOLDS` ("z=c": one fit for both
+arms, located where the criteria's paired difference summed over the arms is below −c of its standard
+error, :func:`ccme.location.criterion_difference`; the package's :data:`ccme.location.AUTO_THRESHOLD`
+is 1).  Rows written before the paired difference was recorded get the old "auto" (the lower sum)::
 
-    python benchmarks/accuracy/location_choice.py --split choose --seeds 1,2,3
+    python benchmarks/accuracy/location_choice.py --split choose --seeds 1,2,3,4,5,6 --tag paired
 
-Output: ``results/location_choice_<split>.csv`` (resumable) and ``.txt``.
+Output: ``results/location_choice_<split>[_<y-rule>][_<tag>].csv`` (resumable) and ``.txt``.
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def report(frame: pd.DataFrame) -> list[str]:
     f["best"] = np.minimum(f.ise_located, f.ise_plain)
     f["right"] = (f.crit_located < f.crit_plain) == (f.ise_located < f.ise_plain)
     paired = "diff_se" in f   # NaN (no read-out criterion: the bivariate case) keeps the plain fit
-    rules = {"located": "ise_located", "auto": "auto", "per arm": "pick", "oracle": "best"}
+    # "auto" before its threshold: the lower summed criterion (the paired rows' z=0)
+    rules = {"located": "ise_located", **({} if paired else {"auto": "auto"}), "per arm": "pick", "oracle": "best"}
     if paired:
         for z in THRESHOLDS:
             f[f"z={z:g}"] = np.where(f["diff"] < -z * f.diff_se, f.ise_located, f.ise_plain)
