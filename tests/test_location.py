@@ -367,6 +367,10 @@ def test_criterion_difference_is_the_sum_of_paired_unit_differences():
     diff, se = criterion_difference(report(a), report(b))
     np.testing.assert_allclose(diff, d.sum(), rtol=1e-12)
     np.testing.assert_allclose(se, np.sqrt(len(d) * np.sum((d - d.mean()) ** 2) / (len(d) - 1)), rtol=1e-12)
+    # One arm's: that arm's paired differences alone.
+    d1 = a[1] - b[1]
+    diff1, se1 = criterion_difference(report(a), report(b), arms=(1,))
+    np.testing.assert_allclose([diff1, se1], [d1.sum(), np.sqrt(len(d1)) * np.std(d1, ddof=1)], rtol=1e-12)
     # Other held units, or none: no difference to threshold.
     moved = report(a)
     moved.curves[0] = TuningCurve("y_bandwidth", np.ones(1), np.ones(1), "ISE", 1.0, 1, held=(units[1] + 1, a[1]))

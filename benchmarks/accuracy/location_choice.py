@@ -45,7 +45,7 @@ from benchmarks.tuning_rule import parse_setting  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FIELDS = ["case", "seed", "arm", "ise_plain", "ise_located", "crit_plain", "crit_located", "sec_plain",
-          "sec_located", "diff", "diff_se", "commit"]
+          "sec_located", "diff", "diff_se", "arm_diff", "arm_diff_se", "commit"]
 #: Thresholds (standard errors of the criteria's paired difference) whose "auto" rule the report shows.
 THRESHOLDS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
@@ -72,8 +72,9 @@ def one(case, seed: int, n_eval: int) -> list[dict]:
             rows[arm].update({f"ise_{label}": scores[arm], f"crit_{label}": crit[arm], f"sec_{label}": seconds})
     # The paired difference over both arms (what "auto" thresholds), the same on both arms' rows.
     diff, se = criterion_difference(tuning["located"], tuning["plain"])
-    for row in rows.values():
+    for arm, row in rows.items():
         row.update(diff=diff, diff_se=se)
+        row["arm_diff"], row["arm_diff_se"] = criterion_difference(tuning["located"], tuning["plain"], arms=(arm,))
     return list(rows.values())
 
 
@@ -108,6 +109,15 @@ def report(frame: pd.DataFrame) -> list[str]:
     lines.append("largest case-arm ratio: " + ", ".join(f"{k} {np.max(v):.2f}" for k, v in ratios.items()))
     lines.append("case-arms more than 10% worse than the plain fit: " + ", ".join(
         f"{k} {int(np.sum(np.array(v) > 1.1))}" for k, v in ratios.items()))
+    if "arm_diff_se" in f and f.arm_diff_se.notna().any():
+        # "auto" chosen per arm, on each arm's own paired difference (ccme chooses one fit for both arms).
+        by_arm = []
+        for z in THRESHOLDS:
+            pick = np.where(f.arm_diff < -z * f.arm_diff_se, f.ise_located, f.ise_plain)
+            r = f.assign(pick=pick).groupby(["case", "arm"], sort=False).apply(
+                lambda g: g["pick"].mean() / g.ise_plain.mean(), include_groups=False)
+            by_arm.append(f"z={z:g} {np.exp(np.mean(np.log(r))):.3f} / {r.max():.2f} / {int(np.sum(r > 1.1))}")
+        lines.append("chosen per arm (geometric mean / largest ratio / case-arms > 10% worse): " + ", ".join(by_arm))
     lines.append(f"the criterion picks the fit with the smaller ISE in {int(f.right.sum())} of {len(f)} case-arm-seeds; "
                  f"fit seconds plain {f.drop_duplicates(['case', 'seed']).sec_plain.sum():.0f}, located "
                  f"{f.drop_duplicates(['case', 'seed']).sec_located.sum():.0f} (with the zoo's density evaluation)")

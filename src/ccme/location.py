@@ -176,7 +176,7 @@ def readout_criterion(report) -> float:
 AUTO_THRESHOLD = 1.0
 
 
-def criterion_difference(report, reference) -> tuple[float, float]:
+def criterion_difference(report, reference, arms=None) -> tuple[float, float]:
     """The read-out criterion of ``report`` less that of ``reference``, summed over the arms, and its standard error.
 
     Both fits score the same held-out units (same data, folds and seed), so
@@ -190,6 +190,8 @@ def criterion_difference(report, reference) -> tuple[float, float]:
     ----------
     report, reference : ccme.tuning.TuningReport
         Two fits' tuning reports, each with its read-out curves' held terms.
+    arms : sequence of arm codes or None
+        Sum over these arms only (None: every arm with a read-out curve).
 
     Returns
     -------
@@ -197,7 +199,8 @@ def criterion_difference(report, reference) -> tuple[float, float]:
         The difference and its standard error; NaN where a criterion or its terms are missing, or the two fits
         held out different units.
     """
-    ours, theirs = ({arm: c.held for arm, c in r.readout_curves().items()} for r in (report, reference))
+    ours, theirs = ({arm: c.held for arm, c in r.readout_curves().items() if arms is None or arm in arms}
+                    for r in (report, reference))
     if not ours or ours.keys() != theirs.keys() or any(v is None for v in (*ours.values(), *theirs.values())):
         return float("nan"), float("nan")
     units, diffs = [], []
