@@ -25,7 +25,7 @@ import ccme
 
 from ._base import Case, Mixture, _assemble, bounded, expit
 
-__all__ = ["NhefsSex", "NhefsEducation", "IhdpSite", "IhdpAll", "NswRace"]
+__all__ = ["NhefsSex", "NhefsEducation", "NhefsExercise", "IhdpSite", "IhdpAll", "NswRace"]
 
 
 def _z(col: pd.Series) -> np.ndarray:
@@ -199,6 +199,36 @@ class NhefsEducation(_Nhefs):
                 + 0.5 * z["sex"] - 0.6 * z["wt71"] + 0.3 * edu)
         sd = 2.0 + 0.8 * np.abs(z["wt71"]) + 0.5 * arm
         return unit_mixture([np.ones_like(mean)], [mean], [sd])
+
+
+class NhefsExercise(_Nhefs):
+    """Held out of the choice of location="default" (a factor in V makes it "auto"): written, and fixed, before
+    any fit of it was seen (README, "A location stage", "The default")."""
+
+    name = "nhefs_exercise"
+    description = ("NHEFS covariates (9), V = exercise (3-level factor); the levels shift the law and move the "
+                   "weight of a 'large gain' component; confounding by age, smoking and weight")
+    split = "report"
+    formula = ("y ~ a | C(exercise) | sex + race + age + education + smokeintensity + smokeyrs + C(active) + wt71")
+    v_columns = ["exercise"]
+    discrete_v = True
+    ps_range = (0.05, 0.95)
+    features = ("semi-synthetic NHEFS", "n=1566", "V categorical (3)", "dimX=9", "bimodal", "heteroscedastic",
+                "confounding in+out V")
+
+    def _eta(self, rows):
+        z = self._z
+        return (-0.8 + 0.6 * z["age"] - 0.5 * z["smokeintensity"] + 0.4 * z["wt71"] - 0.3 * z["sex"]
+                + 0.4 * (z["exercise"] == 0) - 0.3 * (z["exercise"] == 2) + 0.2 * (z["education"] - 3))[rows]
+
+    def _units(self, rows, arm):
+        z = {k: v[rows] for k, v in self._z.items()}
+        level = z["exercise"]
+        shift = np.select([level == 0, level == 1], [-1.0, 0.5], 1.5)
+        q = expit(-1.0 + 0.6 * arm - 0.6 * z["age"] + 0.5 * (level == 0) - 0.4 * z["sex"])
+        stable = (shift + arm * (2.0 - 0.5 * level) - 1.2 * z["age"] + 0.6 * z["smokeintensity"] - 0.5 * z["wt71"]
+                  + 0.4 * z["sex"])
+        return unit_mixture([1 - q, q], [stable, stable + 6.0 + arm], [1.5 + 0.5 * z["sex"], 3.0])
 
 
 # ---------------------------------------------------------------------------------
