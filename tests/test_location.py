@@ -463,3 +463,51 @@ def test_default_is_auto_with_many_covariates_in_v_and_none_with_few():
     # Fewer covariates, or no read-out criterion (tune="none"): no location stage, and no error.
     assert few.location is None and "location" not in few.tuning.chosen and untuned.location is None
     np.testing.assert_array_equal(few.density(y, newdata=PAPER_PROFILES), plain.density(y, newdata=PAPER_PROFILES))
+
+
+@pytest.mark.parametrize("mode", ["dr", "onestep", "ipw"])
+def test_location_fitted_on_some_units_is_the_fit_of_those_units(mode):
+    """fit_location(rows=S): the models of S's data alone; S's residuals theirs, the others' Y − m̂(V)."""
+    from ccme.location import fold_residuals
+
+    rng = np.random.default_rng(4)
+    n = 240
+    V = rng.standard_normal((n, 2))
+    Xo = np.hstack([V, rng.standard_normal((n, 1))])
+    A = rng.binomial(1, 0.5, n)
+    Y = (V[:, :1] - 0.5 * Xo[:, 2:] + A[:, None] + rng.standard_normal((n, 1)))
+    scores = np.column_stack([np.full(n, 0.6), np.full(n, 0.4)])
+    how = dict(Xo=Xo, Y=Y, A=A, scores=scores, arms=(1, 0), mode=mode)
+    rows = np.sort(rng.choice(n, size=150, replace=False))
+    others = np.setdiff1d(np.arange(n), rows)
+    models, residual = fit_location(V=V, rows=rows, **how)
+    alone, alone_residual = fit_location(V=V[rows], **{k: (v[rows] if isinstance(v, np.ndarray) else v)
+                                                        for k, v in how.items()})
+    np.testing.assert_allclose(residual[rows], alone_residual, rtol=1e-12, atol=1e-12)
+    for arm in (1, 0):
+        np.testing.assert_allclose(models[arm].coef, alone[arm].coef, rtol=1e-12)
+        own = others[A[others] == arm]
+        np.testing.assert_allclose(residual[own], Y[own] - models[arm].predict(V[own]), rtol=1e-12)
+    # All the rows: the plain fit, bit for bit; one residual per fold.
+    np.testing.assert_array_equal(fit_location(V=V, rows=np.arange(n), **how)[1], fit_location(V=V, **how)[1])
+    folds = ccme.crossfit.make_folds(n, 2, np.random.default_rng(0))
+    per_fold = fold_residuals(folds, V=V, **how)
+    assert len(per_fold) == 2
+    np.testing.assert_array_equal(per_fold[1], fit_location(V=V, rows=folds[1].target, **how)[1])
+
+
+def test_located_criterion_scores_each_fold_on_its_own_location_models(monkeypatch):
+    """FOLD_CRITERION changes the located fit's read-out criterion, not its location models."""
+    import ccme.location
+
+    data = paper_simulation(500, seed=5)
+    fits = {}
+    for flag in (False, True):
+        monkeypatch.setattr(ccme.location, "FOLD_CRITERION", flag)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fits[flag] = ccme.fit("y ~ a | x1 + x2 | x3", data, seed=2, location="linear")
+    for arm in (1, 0):
+        np.testing.assert_array_equal(fits[True].embeddings[arm].location.coef, fits[False].embeddings[arm].location.coef)
+    crit = {flag: [c.criterion for c in res.tuning.curves if c.parameter == "y_bandwidth"] for flag, res in fits.items()}
+    assert not np.allclose(np.concatenate(crit[True]), np.concatenate(crit[False]))

@@ -22,7 +22,9 @@ from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
 from .distributed import cluster_estimator, local_frame
 from .formula import build_design, parse_formula
-from .location import MANY_V_COVARIATES, check_location, choose_location, default_location, fit_location
+from . import location as location_stage
+from .location import (MANY_V_COVARIATES, check_location, choose_location, default_location, fit_location,
+                       fold_residuals)
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics, resolve_clip
 from .propensity_selection import calibration_report
@@ -436,10 +438,13 @@ def fit(
         data_k, params_k, locations = crossfit_data, params, None
         if kind is not None:
             # The embedding is fitted to the residual outcome (ccme.location); its rules are resolved on it.
-            locations, residual = fit_location(V=design.V, Xo=Xo, Y=design.Y, A=design.A,
-                                               scores=crossfit_data.scores, arms=design.arms, mode=mode,
-                                               sampling_weights=sw)
-            data_k = dataclasses.replace(crossfit_data, design=dataclasses.replace(design, Y=residual))
+            how = dict(V=design.V, Xo=Xo, Y=design.Y, A=design.A, scores=crossfit_data.scores, arms=design.arms,
+                       mode=mode, sampling_weights=sw)
+            locations, residual = fit_location(**how)
+            # Its read-out criterion scores each fold on that fold's own location models (ccme.location).
+            per_fold = fold_residuals(fold_list, **how) if location_stage.FOLD_CRITERION and readout_seed is not None else None
+            data_k = dataclasses.replace(crossfit_data, design=dataclasses.replace(design, Y=residual),
+                                         fold_outcomes=per_fold)
             params_k = estimator.prepare(options, design=data_k.design, Xo=Xo, seed=prepare_seed)
         candidates[kind] = _Estimate(_tuned(estimator, params_k, data_k, folds=fold_list, grids=grids, tune=tune,
                                             fold_seeds=fold_seeds), None, 0.0, data_k, locations)

@@ -1050,7 +1050,8 @@ def _tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0, 
             lam0=prepared["lam0"], lam1=prepared["lam1"], factors=grids["y_bandwidth"], seed=seed,
             n_threads=n_threads, weighted=_readout_weighted(mode), lam1_plugin=prepared.get("lam1_plugin"),
             lam1_factors=DR_CORRECTION_FACTORS if ise else None,
-            augmented=(ise and DR_CORRECTION_CRITERION == "aise") or (READOUT_AUGMENTED and mode == "dr"))
+            augmented=(ise and DR_CORRECTION_CRITERION == "aise") or (READOUT_AUGMENTED and mode == "dr"),
+            fold_outcomes=data.fold_outcomes)
         if ise:
             report.chosen["lam1"] = dict(prepared["lam1"])
             report.notes.append(f"the correction's penalty: {'augmented' if DR_CORRECTION_CRITERION == 'aise' else 'weighted'} "
@@ -1816,7 +1817,8 @@ def _target_outcome_model(design, Xo, fold, k: int, arm: int, pseudo, phi: _Nyst
 
 
 def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, factors, seed: int, n_threads: int,
-                   weighted: bool, lam1_plugin: dict | None = None, lam1_factors=None, augmented: bool = False):
+                   weighted: bool, lam1_plugin: dict | None = None, lam1_factors=None, augmented: bool = False,
+                   fold_outcomes=None):
     """Each arm's read-out bandwidth σ_y by the weighted ISE-CV of :func:`tune_outcome_bandwidth`, on a proxy.
 
     The criterion is the same sum over at most :data:`_ISE_UNITS` held-out units per fold and
@@ -1844,8 +1846,14 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     outcome regression fitted on the fold's target units (independent of j),
     less the atoms' own shares and unit j's own atom (:func:`_proxy_fold`).
     The inverse-propensity weights then touch only a residual.
+
+    With ``fold_outcomes`` (:attr:`ccme.estimators.base.CrossFitData.fold_outcomes`),
+    fold k's proxy and its held units' outcomes are those of
+    ``fold_outcomes[k]`` in place of ``design.Y``.
     """
-    Y, A = design.Y, design.A
+    A = design.A
+    Ys = tuple(fold_outcomes) if fold_outcomes is not None else (design.Y,) * len(folds)
+    Y = design.Y if fold_outcomes is None else np.vstack(Ys)   # the grid and the bins cover every fold's outcomes
     search = lam1_factors is not None
     lam1_factors = tuple(lam1_factors) if search else (1.0,)
     scores = arm_probabilities(scores)
@@ -1870,7 +1878,8 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                                                                      replace=False)))
 
     def masses(k):
-        return _proxy_fold(mode=mode, design=design, Xo=Xo, fold=folds[k], k=k, scores=scores, kernels=kernels,
+        fold_design = design if fold_outcomes is None else replace(design, Y=Ys[k])
+        return _proxy_fold(mode=mode, design=fold_design, Xo=Xo, fold=folds[k], k=k, scores=scores, kernels=kernels,
                            lam0=lam0, lam1=lam1,
                            held={arm: held[(k, arm)][1] for arm in design.arms if (k, arm) in held},
                            bins=bins, seed=seed, lam1_plugin=lam1_plugin if search else None,
@@ -1895,7 +1904,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                 omega = np.divide(1.0, scores[chosen, arm], out=np.zeros(len(chosen)), where=in_arm) \
                     if weighted else np.ones(len(chosen))
                 scale = size / chosen.size / len(fold.nuisance) / len(folds)
-                left, w = bins.locate(Y[chosen, 0])
+                left, w = bins.locate(Ys[k][chosen, 0])
                 cols = np.arange(len(chosen))
                 term = np.zeros((len(lam1_factors), len(chosen), len(factors)))
                 per_fold.append(term)
@@ -1905,7 +1914,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                     return (1.0 - w) * M[left, cols] + w * M[left + 1, cols]
 
                 for i, f in enumerate(factors):
-                    k_y = _backend.gram(bins.centers, Y[chosen], base.name, base.bandwidth_array * f,
+                    k_y = _backend.gram(bins.centers, Ys[k][chosen], base.name, base.bandwidth_array * f,
                                         normalized=True, n_threads=n_threads)
                     # The unit's own outcome (an atom of μ̂₀) left out of its evaluation, as its binned share.
                     own_share = at_own_outcome(k_y)

@@ -220,6 +220,11 @@ class CrossFitData:
         (:mod:`ccme.sampling_weights`); None for the unweighted fit (also when
         the weights given are all equal).  Only the low-rank ridge path reads
         them (:mod:`ccme.estimators.lowrank`); ``fit`` refuses them elsewhere.
+    fold_outcomes : tuple of ndarray (n, d_y), or None
+        Per fold, the outcome the read-out bandwidth's criterion scores that
+        fold's estimate on, in place of ``design.Y`` (a located fit's
+        residuals from each fold's own location models,
+        :func:`ccme.location.fold_residuals`); None: ``design.Y``.
     """
 
     mode: str
@@ -228,6 +233,7 @@ class CrossFitData:
     scores: np.ndarray
     n_threads: int = 0
     sampling_weights: np.ndarray | None = None
+    fold_outcomes: tuple | None = None
 
     def __post_init__(self):
         from ..propensity import arm_probabilities
