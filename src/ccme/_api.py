@@ -442,7 +442,8 @@ def fit(
                        mode=mode, sampling_weights=sw)
             locations, residual = fit_location(**how)
             # Its read-out criterion scores each fold on that fold's own location models (ccme.location).
-            per_fold = fold_residuals(fold_list, **how) if location_stage.FOLD_CRITERION and readout_seed is not None else None
+            scored = location_stage.FOLD_CRITERION and readout_seed is not None
+            per_fold = fold_residuals(fold_list, **how) if scored else None
             data_k = dataclasses.replace(crossfit_data, design=dataclasses.replace(design, Y=residual),
                                          fold_outcomes=per_fold)
             params_k = estimator.prepare(options, design=data_k.design, Xo=Xo, seed=prepare_seed)

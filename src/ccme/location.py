@@ -63,9 +63,9 @@ import numpy as np
 
 from .errors import DataError, FormatError, ParameterError
 
-__all__ = ["AUTO_THRESHOLD", "LocationModel", "LOCATIONS", "MANY_V_COVARIATES", "check_location", "choose_location",
-           "criterion_difference", "default_location", "fit_location", "fold_residuals", "FOLD_CRITERION", "readout_criteria",
-           "readout_criterion", "ridge_loo"]
+__all__ = ["AUTO_THRESHOLD", "FOLD_CRITERION", "LocationModel", "LOCATIONS", "MANY_V_COVARIATES", "check_location",
+           "choose_location", "criterion_difference", "default_location", "fit_location", "fold_residuals",
+           "readout_criteria", "readout_criterion", "ridge_loo"]
 
 #: What ``fit(location=...)`` takes besides None (no location stage): the linear model; "auto", the fit with or
 #: without it, by the read-out criterion (:func:`choose_location`); or "default", the rule of
