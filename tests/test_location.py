@@ -511,3 +511,5 @@ def test_located_criterion_scores_each_fold_on_its_own_location_models(monkeypat
         np.testing.assert_array_equal(fits[True].embeddings[arm].location.coef, fits[False].embeddings[arm].location.coef)
     crit = {flag: [c.criterion for c in res.tuning.curves if c.parameter == "y_bandwidth"] for flag, res in fits.items()}
     assert not np.allclose(np.concatenate(crit[True]), np.concatenate(crit[False]))
+    monkeypatch.setattr(ccme.location, "FOLD_CRITERION", False)
+    assert ccme.location.fold_residuals([]) is None

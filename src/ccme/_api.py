@@ -22,7 +22,6 @@ from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
 from .distributed import cluster_estimator, local_frame
 from .formula import build_design, parse_formula
-from . import location as location_stage
 from .location import (MANY_V_COVARIATES, check_location, choose_location, default_location, fit_location,
                        fold_residuals)
 from .memory import check_allocation
@@ -442,8 +441,7 @@ def fit(
                        mode=mode, sampling_weights=sw)
             locations, residual = fit_location(**how)
             # Its read-out criterion scores each fold on that fold's own location models (ccme.location).
-            scored = location_stage.FOLD_CRITERION and readout_seed is not None
-            per_fold = fold_residuals(fold_list, **how) if scored else None
+            per_fold = fold_residuals(fold_list, **how) if readout_seed is not None else None
             data_k = dataclasses.replace(crossfit_data, design=dataclasses.replace(design, Y=residual),
                                          fold_outcomes=per_fold)
             params_k = estimator.prepare(options, design=data_k.design, Xo=Xo, seed=prepare_seed)

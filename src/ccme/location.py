@@ -574,8 +574,8 @@ def fit_location(*, V: np.ndarray, Xo: np.ndarray, Y: np.ndarray, A: np.ndarray,
     return models, residual
 
 
-def fold_residuals(folds, **data) -> tuple:
-    """Per fold, the residual outcome of location models fitted on that fold's target units only.
+def fold_residuals(folds, **data) -> tuple | None:
+    """Per fold, the residual outcome of location models fitted on that fold's target units only (None: off).
 
     What a located fit's read-out criterion scores (:data:`FOLD_CRITERION`):
     fold k's estimate at its held-out (nuisance) units must learn V's effect
@@ -591,7 +591,10 @@ def fold_residuals(folds, **data) -> tuple:
 
     Returns
     -------
-    tuple of ndarray (n, d_y)
-        One residual outcome per fold.
+    tuple of ndarray (n, d_y), or None
+        One residual outcome per fold; None where :data:`FOLD_CRITERION` is off (the criterion then scores the
+        residual of the models of all the units).
     """
+    if not FOLD_CRITERION:
+        return None
     return tuple(fit_location(**data, rows=fold.target)[1] for fold in folds)
