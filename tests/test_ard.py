@@ -300,6 +300,20 @@ def test_v_search_start_where_stage_one_moved():
     assert tuning._warm_start(v_kernel, None) is None
 
 
+def test_v_search_start_at_the_narrower_of_stage_one_and_the_rule():
+    """``narrower`` ("stage1-narrower"): each group starts at the narrower of stage 1's bandwidth and V's rule
+    (log2 factor min(stage 1, 0)); "categorical" only the categorical groups."""
+    groups = (Group("wider", "numeric", (0,)), Group("narrower", "numeric", (1,)),
+              Group("factor", "categorical", (2, 3)))
+    v_kernel = Kernel("gaussian", (1.0, 2.0, 1.0, 1.0), "median", groups)
+    x_kernel = Kernel("gaussian", (4.0, 1.0, 2.0, 2.0), "median x ARD", groups)
+    np.testing.assert_array_equal(tuning._warm_start(v_kernel, x_kernel, dropped=False), [2.0, -1.0, 1.0])
+    np.testing.assert_array_equal(tuning._warm_start(v_kernel, x_kernel, dropped=False, narrower="all"),
+                                  [0.0, -1.0, 0.0])
+    np.testing.assert_array_equal(tuning._warm_start(v_kernel, x_kernel, dropped=False, narrower="categorical"),
+                                  [2.0, -1.0, 0.0])
+
+
 def test_kernel_of_one_arm(monkeypatch):
     """The diagnostics X_KERNEL_FROM / V_KERNEL_FROM give one arm's own search to both arms.
 

@@ -66,7 +66,7 @@ def test_bad_n_rep(bad):
 
 
 def test_default_repetitions_are_the_methods(monkeypatch):
-    """``n_rep=None`` (the default) runs the estimator's ``default_n_rep``: one cross-fit for ridge, and
+    """``n_rep=None`` (the default) runs the estimator's ``default_n_rep``: ccme.estimators.ridge.RIDGE_N_REP (1) for ridge, and
     ccme.estimators.training.NEURAL_N_REP for the neural estimators, bit for bit the explicit ``n_rep``."""
     pytest.importorskip("torch")
     from ccme.estimators import training
@@ -74,6 +74,14 @@ def test_default_repetitions_are_the_methods(monkeypatch):
     data = paper_simulation(300, seed=2)
     ridge = ccme.fit(F, data, seed=5, tune="none", propensity="logistic")
     assert len(ridge.embedding(1).parts) == ridge.n_folds and "n_rep" not in ridge.call
+    from ccme.estimators import ridge as ridge_module
+
+    monkeypatch.setattr(ridge_module, "RIDGE_N_REP", 2)   # ridge's own default (ccme.estimators.ridge.RIDGE_N_REP)
+    twice = ccme.fit(F, data, seed=5, tune="none", propensity="logistic")
+    np.testing.assert_array_equal(twice.density(Y, newdata=PAPER_PROFILES),
+                                  ccme.fit(F, data, seed=5, tune="none", propensity="logistic",
+                                           n_rep=2).density(Y, newdata=PAPER_PROFILES))
+    assert len(twice.embedding(1).parts) == 2 * twice.n_folds
     monkeypatch.setattr(training, "NEURAL_N_REP", 2)
     opts = dict(seed=5, tune="none", propensity="logistic", epochs=(10, 10), progress=False)
     with warnings.catch_warnings():

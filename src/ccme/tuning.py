@@ -559,6 +559,30 @@ def _transfer(units: int, size: int, stage: str) -> float:
     return 1.0 if units >= size else float((size / units) ** LAMBDA_RATE[stage])
 
 
+#: Which estimate the second stage's penalties λ₁ (and λ₁ᵖ) are chosen for: "fold", the fold's own regression on
+#: its m second-stage units, or "average", the cross-fitted estimate, the average of the K folds' regressions (each
+#: at the same λ), whose variance is about 1/K of one fold's, as that of one regression on all K·m units: the
+#: leave-one-out curves are then read at the penalties λ·(K·m/s)^α of :data:`LAMBDA_RATE` (λ₁ × 0.44 at K = 2).
+#: The folds' errors are variance-dominated (on nhefs_exercise the mean's RKHS error is about a quarter of the two
+#: folds' summed, scratch of session 25), so "average" is the consistent target; it did not pay on the zoo
+#: (``benchmarks/tuning_rule.py --setting ccme.tuning.SECOND_STAGE_PENALTY_FOR=fold,average``, seeds 1-3,
+#: ``benchmarks/results/second_stage_penalty_for_*.txt``): "choose" 0.987 (7 case-arms better, 6 worse), "report"
+#: 1.030 (10 better, 17 worse: nsw_race 1.23 / 1.14, large_n 1.17 / 1.14), as the constant factor 0.3 before
+#: (:data:`DR_SECOND_STAGE_PENALTY`).  So the fold's own choice stays.
+SECOND_STAGE_PENALTY_FOR = "fold"
+
+
+def _stage2_transfer(units: int, size: int, folds: int) -> float:
+    """:func:`_transfer` of a second-stage regression of ``size`` units scored on ``units`` of them, for the estimate
+    :data:`SECOND_STAGE_PENALTY_FOR` names (``folds``: K)."""
+    if SECOND_STAGE_PENALTY_FOR == "fold":
+        return _transfer(units, size, "V")
+    if SECOND_STAGE_PENALTY_FOR != "average":
+        raise ParameterError(f"ccme.tuning.SECOND_STAGE_PENALTY_FOR must be 'fold' or 'average'; "
+                             f"got {SECOND_STAGE_PENALTY_FOR!r}")
+    return float((folds * size / units) ** LAMBDA_RATE["V"])
+
+
 def _parallel(fn, tasks: list, n_threads: int) -> list:
     """``[fn(t) for t in tasks]`` on up to ``n_threads`` Python threads (0: the CPU count); results in task order.
 
@@ -919,9 +943,11 @@ def _tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0, 
                 searched_targets = [{arm: (rows, first, size, first) for arm, (rows, _, size, first) in per_arm.items()}
                                     for per_arm in targets]
             problems = _stage2_problems(mode, searched_targets, V, lam1_now, rng, sw)
+            narrower = {"stage1-narrower": "all", "stage1-narrower-categorical": "categorical"}.get(V_SEARCH_START)
             start = (_warm_start(v_kernel, x_kernel if x_ard else None, dropped=V_SEARCH_START == "stage1",
-                                 moved=x_moved if V_SEARCH_START == "stage1-moved" else None)
-                     if V_SEARCH_START in ("stage1", "stage1-kept", "stage1-moved") else None)
+                                 moved=x_moved if V_SEARCH_START == "stage1-moved" else None, narrower=narrower)
+                     if V_SEARCH_START in ("stage1", "stage1-kept", "stage1-moved", "stage1-narrower",
+                                           "stage1-narrower-categorical") else None)
 
             def search(regressions):
                 return _ard_search(regressions, v_kernel, grids.get("lam1", LAMBDA_GRID), "lam1" in grids,
@@ -979,7 +1005,7 @@ def _tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0, 
         def one(task):
             (k, group), _, f = task
             rows, _, size, _ = targets[k][group[0]]
-            shift = _transfer(len(rows), size, "V")
+            shift = _stage2_transfer(len(rows), size, len(folds))
             spec = _spectrum(V[rows], v_kernel, f, lam_grid.min() * shift, 1, weights_of(rows))
             if split_criterion:
                 return spec.approximate, [size * _split_loo(spec, targets[k][arm][1], targets[k][arm][3],
@@ -1094,7 +1120,7 @@ def _plugin_penalty(targets, V, v_kernel: Kernel, lam_grid, weights_of, *, exten
 
     def one(k):
         rows, _, size, _ = next(iter(targets[k].values()))  # the arms share the second stage's rows
-        shift = _transfer(len(rows), size, "V")
+        shift = _stage2_transfer(len(rows), size, len(targets))
         spec = _spectrum(V[rows], v_kernel, 1.0, lam_grid.min() * shift, 1, weights_of(rows))
         return spec.approximate, {arm: size * spec.loo(targets[k][arm][3], lam_grid * shift, 1) for arm in arms}
 
@@ -1156,7 +1182,8 @@ def _named_arm(arms, code: str, setting: str):
     raise ParameterError(f"ccme.tuning.{setting} = {code!r} names none of the arms {[str(a) for a in arms]}")
 
 
-def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True, moved: dict | None = None):
+def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True, moved: dict | None = None,
+                narrower: str | None = None):
     """The V search's start: for a covariate whose X bandwidth stage 1 learned, that bandwidth (as a log2 factor
     of V's rule); the rule's own elsewhere, and, unless ``dropped``, for a covariate stage 1 dropped.  With
     ``moved`` ({group label: whether stage 1's search moved it off X's rule}), only the moved covariates start at
@@ -1179,6 +1206,8 @@ def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True,
                 start[i] = np.clip(np.log2(learned[g.label] / rule), low, high)
             elif dropped:
                 start[i] = np.inf
+        if narrower == "all" or (narrower == "categorical" and g.categorical):
+            start[i] = min(start[i], 0.0)
     return start
 
 
@@ -1332,7 +1361,11 @@ V_KERNEL_FROM = "smallest"
 #: bandwidth only the covariates whose stage-1 search moved them off X's rule, the others at V's rule (an unmoved
 #: X bandwidth is X's median rule, wider the more columns X has): "choose" 0.995 (mixed_v's control arm 0.963),
 #: "report" 1.000 (5 better, 2 worse: nhefs_education's control arm 1.11), the same fit time
-#: (``results/v_start_moved*_*.txt``), so the default stays.
+#: (``results/v_start_moved*_*.txt``), so the default stays.  "stage1-narrower" starts each group at the narrower
+#: of stage 1's bandwidth and the rule's (stage 1 often pools a V factor almost completely, smoothing 0.95 on
+#: nhefs_exercise at seed 1, and the guarded search keeps it), "stage1-narrower-categorical" only the categorical
+#: groups (``results/v_search_start_narrower_*.txt``): "choose" 0.982 and 1.000, "report" 1.017 (8 better, 11 worse)
+#: and 1.018 (2 better, 8 worse: categorical_v 1.09 / 1.20, nsw_race 1.15 / 1.19, nhefs_exercise 1.10 / 0.79).
 V_SEARCH_START = "stage1-kept"
 #: A diagnostic: log₂ of a factor applied to every V group's searched bandwidth that the search keeps (dropped
 #: groups stay dropped), after the search; 0 leaves the search's choice.  It asks whether the search's
@@ -1816,6 +1849,23 @@ def _target_outcome_model(design, Xo, fold, k: int, arm: int, pseudo, phi: _Nyst
     return binned @ W, W, G
 
 
+#: Which estimate the read-out bandwidth's ISE-CV scores: "fold", each fold's own estimate (its square and its
+#: held units' terms), or "average", the cross-fitted estimate, the K folds' mean: its square ∫p̄(y | V_j)² at each
+#: held unit, with the cross term ∫p̄ p = (1/K) Σ_k ∫p̂_k p still estimated on each fold's own held units.  A fold's
+#: estimate has about K times the variance of the mean, so "fold" asks for a wider read-out than the mean needs.
+#: "average" was worse on the zoo's "choose" cases (``--setting ccme.tuning.READOUT_FOR=fold,average``, seeds 1-3,
+#: ``benchmarks/results/readout_for_choose.txt``): 1.055, 2 case-arms better and 10 worse (mixed_v 1.17 / 1.18), so
+#: it was not run on "report" and the folds' own criterion stays.  Not with the augmented criterion.
+READOUT_FOR = "fold"
+
+
+def _readout_average(augmented: bool) -> bool:
+    """Whether the read-out proxy scores the folds' mean (:data:`READOUT_FOR`); not with the augmented criterion."""
+    if READOUT_FOR not in ("fold", "average"):
+        raise ParameterError(f"ccme.tuning.READOUT_FOR must be 'fold' or 'average'; got {READOUT_FOR!r}")
+    return READOUT_FOR == "average" and not augmented
+
+
 def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, factors, seed: int, n_threads: int,
                    weighted: bool, lam1_plugin: dict | None = None, lam1_factors=None, augmented: bool = False,
                    fold_outcomes=None):
@@ -1877,17 +1927,43 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                     held[(k, arm)] = (rows0.size, np.sort(rng.choice(rows0, size=min(_ISE_UNITS, rows0.size),
                                                                      replace=False)))
 
-    def masses(k):
+    average = _readout_average(augmented)
+
+    def proxy(task):
+        """Fold l's proxy on fold k's outcomes, read at the held units of the folds in ``at`` (each arm's in order)."""
+        l, k, at = task
         fold_design = design if fold_outcomes is None else replace(design, Y=Ys[k])
-        return _proxy_fold(mode=mode, design=fold_design, Xo=Xo, fold=folds[k], k=k, scores=scores, kernels=kernels,
+        return _proxy_fold(mode=mode, design=fold_design, Xo=Xo, fold=folds[l], k=l, scores=scores, kernels=kernels,
                            lam0=lam0, lam1=lam1,
-                           held={arm: held[(k, arm)][1] for arm in design.arms if (k, arm) in held},
+                           held={arm: np.concatenate([held[(j, arm)][1] for j in at if (j, arm) in held])
+                                 for arm in design.arms if any((j, arm) in held for j in at)},
                            bins=bins, seed=seed, lam1_plugin=lam1_plugin if search else None,
                            lam1_factors=lam1_factors, augment=augmented)
 
+    K = len(folds)
+    if not average:         # fold k's proxy at its own held units
+        tasks = [(k, k, (k,)) for k in range(K)]
+    elif fold_outcomes is None:   # every fold's proxy at every fold's held units (one outcome scale)
+        tasks = [(l, l, tuple(range(K))) for l in range(K)]
+    else:                   # fold l's proxy on fold k's outcomes at fold k's held units
+        tasks = [(l, k, (k,)) for k in range(K) for l in range(K)]
     with threadpool_limits(limits=1, user_api="blas"):
-        fitted = {(k, arm): value for k, per_arm in enumerate(_parallel(masses, list(range(len(folds))), n_threads))
-                  for arm, value in per_arm.items()}
+        results = _parallel(proxy, tasks, n_threads)
+        others = {}   # (k, arm) → [fold l's masses at fold k's held units, per λ₁ factor] for every l ("average")
+        for (l, k, at), per_arm in zip(tasks, results):
+            for arm, pairs in per_arm.items():
+                start = 0
+                for j in at:
+                    if (j, arm) not in held:
+                        continue
+                    count = held[(j, arm)][1].size
+                    part = [(mass[:, start:start + count], own[start:start + count]) for mass, own in pairs] \
+                        if not augmented else pairs
+                    start += count
+                    if j == l:
+                        others.setdefault((j, arm), {})["own"] = part
+                    others.setdefault((j, arm), {})[l] = [mass for mass, _ in part] if not augmented else None
+        fitted = {key: value["own"] for key, value in others.items()}
         on_grid_kernels = [_backend.gram(bins.centers, grid[:, None], base.name, base.bandwidth_array * f,
                                          normalized=True, n_threads=n_threads) for f in factors]
         terms = {}  # arm → (λ₁ factors, held units, σ_y factors): each held unit's scaled term of the criterion
@@ -1922,7 +1998,9 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                         at_atoms, at_zero = _binned_convolution(bins, binned_d, base, f)
                         at_own = at_own_outcome(at_atoms)
                     for j, (mass, own) in enumerate(pairs):
-                        on_grid = mass.T @ on_grid_kernels[i]
+                        # "average": the square of the cross-fitted estimate, the folds' mean, at the held units
+                        mean_mass = (sum(others[(k, arm)][l][j] for l in range(K)) / K) if average else mass
+                        on_grid = mean_mass.T @ on_grid_kernels[i]
                         square = np.trapezoid(on_grid**2, grid, axis=1)
                         own = np.where(in_arm, own, 0.0)      # only the arm's units are atoms of its μ̂₀
                         at_y = np.einsum("bj,bj->j", mass, k_y) - own * own_share
