@@ -1949,21 +1949,20 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
         tasks = [(l, k, (k,)) for k in range(K) for l in range(K)]
     with threadpool_limits(limits=1, user_api="blas"):
         results = _parallel(proxy, tasks, n_threads)
-        others = {}   # (k, arm) → [fold l's masses at fold k's held units, per λ₁ factor] for every l ("average")
+        fitted = {}   # (k, arm) → fold k's proxy at its held units: [(mass, own) per λ₁ factor] (or augmented)
+        folds_at = {}  # (k, arm) → {l: fold l's masses at fold k's held units, per λ₁ factor} ("average")
         for (l, k, at), per_arm in zip(tasks, results):
             for arm, pairs in per_arm.items():
                 start = 0
-                for j in at:
-                    if (j, arm) not in held:
-                        continue
+                for j in (j for j in at if (j, arm) in held):
                     count = held[(j, arm)][1].size
-                    part = [(mass[:, start:start + count], own[start:start + count]) for mass, own in pairs] \
-                        if not augmented else pairs
+                    part = pairs if augmented else [(mass[:, start:start + count], own[start:start + count])
+                                                    for mass, own in pairs]
                     start += count
                     if j == l:
-                        others.setdefault((j, arm), {})["own"] = part
-                    others.setdefault((j, arm), {})[l] = [mass for mass, _ in part] if not augmented else None
-        fitted = {key: value["own"] for key, value in others.items()}
+                        fitted[(j, arm)] = part
+                    if average:
+                        folds_at.setdefault((j, arm), {})[l] = [mass for mass, _ in part]
         on_grid_kernels = [_backend.gram(bins.centers, grid[:, None], base.name, base.bandwidth_array * f,
                                          normalized=True, n_threads=n_threads) for f in factors]
         terms = {}  # arm → (λ₁ factors, held units, σ_y factors): each held unit's scaled term of the criterion
@@ -1999,7 +1998,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
                         at_own = at_own_outcome(at_atoms)
                     for j, (mass, own) in enumerate(pairs):
                         # "average": the square of the cross-fitted estimate, the folds' mean, at the held units
-                        mean_mass = (sum(others[(k, arm)][l][j] for l in range(K)) / K) if average else mass
+                        mean_mass = (sum(folds_at[(k, arm)][l][j] for l in range(K)) / K) if average else mass
                         on_grid = mean_mass.T @ on_grid_kernels[i]
                         square = np.trapezoid(on_grid**2, grid, axis=1)
                         own = np.where(in_arm, own, 0.0)      # only the arm's units are atoms of its μ̂₀
