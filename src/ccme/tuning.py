@@ -473,6 +473,8 @@ DR_FIRST_STAGE_PENALTY = 1.0
 #: (``benchmarks/tuning_rule.py``, ``results/dr_second_stage_penalty_{choose,report}.txt``): 0.3 lowered the
 #: geometric-mean ISE ratio on the "choose" split to 0.965 (0.1: 1.017) but raised it to 1.027 on the held-out
 #: "report" split (nsw_race 1.28 / 1.22, ihdp_site's control arm 1.50), so the leave-one-out choice is kept.
+#: Rerun at e03b1c1 with 0.435 = 2^−1.2, the penalty for the mean of the two folds (:data:`SECOND_STAGE_PENALTY_FOR`;
+#: ``--stem dr_second_stage_penalty_mean``): "choose" 0.983, "report" 1.032 (6 case-arms better, 18 worse).
 DR_SECOND_STAGE_PENALTY = 1.0
 #: Factor on the first stage's leave-one-out (ARD) X bandwidths in the doubly robust mode, the penalty λ₀ then chosen
 #: for them: the same argument for a less smoothed first stage, through the bandwidths.  Measured on the "choose"
