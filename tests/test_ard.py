@@ -300,6 +300,38 @@ def test_v_search_start_where_stage_one_moved():
     assert tuning._warm_start(v_kernel, None) is None
 
 
+def test_empirical_bayes_start_matches_the_james_stein_weight():
+    """``_empirical_bayes_start`` ("stage1-kept-eb"): for an unordered factor, the Li–Racine smoothing at which the
+    kernel's weight on a level's own mean, n_ℓ(1 − λ) / (n_ℓ(1 − λ) + λn), is the James–Stein weight
+    τ² / (τ² + v_ℓ) (averaged over the levels by size); complete pooling (the range's top) where the levels do not
+    differ; the numeric groups keep their start."""
+    from ccme.tuning import ARD_LOG2_RANGE, _ArdProblem, _empirical_bayes_start
+
+    rng = np.random.default_rng(4)
+    groups = (Group("x", "numeric", (0,)), Group("g", "categorical", (1, 2, 3)))
+    v_kernel = Kernel("gaussian", (1.0, 0.9, 0.9, 0.9), "median", groups)
+    level = np.repeat([0, 1, 2], [50, 100, 150])
+    Z = np.column_stack([rng.normal(size=300), np.eye(3)[level]])
+    for shift, noise in ((1.0, 1.0), (0.0, 1.0)):
+        T = np.column_stack([shift * level, -shift * level]) + noise * rng.normal(size=(300, 2))
+        theta = _empirical_bayes_start(_ArdProblem(Z=Z, T=T, weight=1.0, lam=0.1), v_kernel, np.array([0.5, 0.0]))
+        assert theta[0] == 0.5
+        n_l = np.bincount(level)
+        means = np.vstack([T[level == l].mean(axis=0) for l in range(3)])
+        v = np.array([T[level == l].var(axis=0, ddof=1).sum() for l in range(3)]) / n_l
+        grand = n_l @ means / 300
+        tau2 = max(0.0, np.sum(n_l * (((means - grand) ** 2).sum(axis=1) - v)) / 300)
+        if tau2 == 0.0:
+            assert theta[1] == ARD_LOG2_RANGE[1]
+            continue
+        w = tau2 / (tau2 + v)
+        lam = np.sum(n_l * n_l * (1 - w) / (n_l * (1 - w) + w * 300)) / 300
+        assert groups[1].smoothing(0.9 * 2.0 ** theta[1]) == pytest.approx(lam, rel=1e-9)
+        own = n_l * (1 - lam) / (n_l * (1 - lam) + lam * 300)
+        # the kernel's pooling at the averaged λ is the James–Stein pooling on average (measured 5e-5 apart here)
+        assert np.sum(n_l * own) / 300 == pytest.approx(np.sum(n_l * w) / 300, abs=1e-3)
+
+
 def test_v_search_start_at_the_narrower_of_stage_one_and_the_rule():
     """``narrower`` ("stage1-narrower"): each group starts at the narrower of stage 1's bandwidth and V's rule
     (log2 factor min(stage 1, 0)); "categorical" only the categorical groups."""

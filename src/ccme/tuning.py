@@ -949,11 +949,13 @@ def _tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0, 
             start = (_warm_start(v_kernel, x_kernel if x_ard else None, dropped=V_SEARCH_START == "stage1",
                                  moved=x_moved if V_SEARCH_START == "stage1-moved" else None, narrower=narrower)
                      if V_SEARCH_START in ("stage1", "stage1-kept", "stage1-moved", "stage1-narrower",
-                                           "stage1-narrower-categorical") else None)
+                                           "stage1-narrower-categorical", "stage1-kept-eb") else None)
 
             def search(regressions):
+                begin = (_empirical_bayes_start(regressions[0], v_kernel, start)
+                         if V_SEARCH_START == "stage1-kept-eb" and len(regressions) == 1 else start)
                 return _ard_search(regressions, v_kernel, grids.get("lam1", LAMBDA_GRID), "lam1" in grids,
-                                   n_threads, start=start, guard=ARD_STAGE2_GUARD)
+                                   n_threads, start=begin, guard=ARD_STAGE2_GUARD)
 
             if len(arms) >= PER_ARM_V_SEARCH_ARMS and mode != "onestep":
                 # The arms share one V kernel: each arm's own search, then per group the smallest bandwidth any
@@ -1213,6 +1215,52 @@ def _warm_start(v_kernel: Kernel, x_kernel: Kernel | None, dropped: bool = True,
     return start
 
 
+def _empirical_bayes_start(problem: "_ArdProblem", v_kernel: Kernel, start) -> np.ndarray:
+    """The V search's start with each unordered factor of V (kinds "categorical", "binary") moved to the pooling
+    that an empirical-Bayes shrinkage of its level means implies (:data:`V_SEARCH_START` "stage1-kept-eb").
+
+    In the outcome kernel's feature coordinates T of the regression's targets, each level ℓ's mean m_ℓ has noise
+    v_ℓ = tr Cov(T | ℓ) / n_ℓ; the between-level variance is τ² = max(0, Σ n_ℓ (‖m_ℓ − m̄‖² − v_ℓ) / n) (method
+    of moments, m̄ the grand mean), and the James–Stein weight on a level's own mean is w_ℓ = τ² / (τ² + v_ℓ).  A
+    Li–Racine kernel with smoothing λ weighs the level's own mean n_ℓ(1 − λ) / (n_ℓ(1 − λ) + λn) against the grand
+    mean (the Nadaraya–Watson reading of the kernel ridge), which equals w_ℓ at λ_ℓ = n_ℓ(1 − w_ℓ) / (n_ℓ(1 − w_ℓ) +
+    w_ℓ n); the group starts at the n-weighted mean of λ_ℓ, as a log2 factor of the rule's bandwidth.  The factor's
+    marginal levels only: V's other covariates are ignored.  Other groups keep ``start`` (None: the rule's, 0).
+    """
+    theta = np.zeros(len(v_kernel.groups)) if start is None else np.array(start, dtype=np.float64)
+    low, high = ARD_LOG2_RANGE
+    T, n = problem.T, len(problem.T)
+    for i, g in enumerate(v_kernel.groups):
+        rule = v_kernel.bandwidth_array[g.columns[0]]
+        if g.kind not in ("categorical", "binary") or not np.isfinite(rule):
+            continue
+        _, level = np.unique(problem.Z[:, list(g.columns)], axis=0, return_inverse=True)
+        counts = np.bincount(level.ravel())
+        if len(counts) < 2 or counts.min() < 2:
+            continue
+        rows = [level.ravel() == code for code in range(len(counts))]
+        means = np.vstack([T[r].mean(axis=0) for r in rows])
+        noise = np.array([np.sum(T[r].var(axis=0, ddof=1)) for r in rows]) / counts
+        grand = counts @ means / n
+        tau2 = max(0.0, float(np.sum(counts * (np.sum((means - grand) ** 2, axis=1) - noise)) / n))
+        w = tau2 / (tau2 + noise)
+        lam = float(np.sum(counts * (counts * (1 - w) / (counts * (1 - w) + w * n))) / n)
+        if lam >= 1.0:
+            theta[i] = high
+        elif lam <= 0.0:
+            theta[i] = low
+        else:
+            h = np.sqrt(-_level_distance(g) / (2.0 * np.log(lam)))
+            theta[i] = float(np.clip(np.log2(h / rule), low, high))
+    return theta
+
+
+def _level_distance(group) -> float:
+    from .kernels import _LEVEL_DISTANCE
+
+    return _LEVEL_DISTANCE[group.kind]
+
+
 def _with_groups(kernel: Kernel) -> Kernel:
     """``kernel``, or, when it knows no covariate groups (built by hand), with each column its own group."""
     if kernel.groups:
@@ -1369,6 +1417,10 @@ V_KERNEL_FROM = "smallest"
 #: nhefs_exercise at seed 1, and the guarded search keeps it), "stage1-narrower-categorical" only the categorical
 #: groups (``results/v_search_start_narrower_*.txt``): "choose" 0.982 and 1.000, "report" 1.017 (8 better, 11 worse)
 #: and 1.018 (2 better, 8 worse: categorical_v 1.09 / 1.20, nsw_race 1.15 / 1.19, nhefs_exercise 1.10 / 0.79).
+#: "stage1-kept-eb" starts each unordered factor of V, per arm, at the pooling an empirical-Bayes shrinkage of its
+#: level means implies (:func:`_empirical_bayes_start`; ``results/v_search_start_eb_*.txt``): "choose" 0.995 (only
+#: mixed_v moves, 0.91 / 1.03), "report" 1.020 (1 better, 5 worse: categorical_v 1.11 / 1.20, nsw_race 1.19 / 1.20,
+#: nhefs_exercise 1.03 / 0.93): where its RKHS shrinkage pools less, the density wants more.
 V_SEARCH_START = "stage1-kept"
 #: A diagnostic: log₂ of a factor applied to every V group's searched bandwidth that the search keeps (dropped
 #: groups stay dropped), after the search; 0 leaves the search's choice.  It asks whether the search's
