@@ -300,6 +300,19 @@ def test_v_search_start_where_stage_one_moved():
     assert tuning._warm_start(v_kernel, None) is None
 
 
+@pytest.mark.parametrize("kind", ["categorical", "ordered", "binary"])
+def test_group_bandwidth_inverts_its_smoothing(kind):
+    from ccme.errors import ParameterError
+
+    group = Group("g", kind, (0, 1))
+    for lam in (0.01, 0.3, 0.95):
+        assert group.smoothing(group.bandwidth(lam)) == pytest.approx(lam, rel=1e-12)
+    with pytest.raises(ParameterError, match="0 < λ < 1"):
+        group.bandwidth(1.0)
+    with pytest.raises(ParameterError, match="numeric"):
+        Group("x", "numeric", (0,)).bandwidth(0.5)
+
+
 def test_empirical_bayes_start_matches_the_james_stein_weight():
     """``_empirical_bayes_start`` ("stage1-kept-eb"): for an unordered factor, the Li–Racine smoothing at which the
     kernel's weight on a level's own mean, n_ℓ(1 − λ) / (n_ℓ(1 − λ) + λn), is the James–Stein weight

@@ -107,6 +107,14 @@ class Group:
             raise ParameterError(f"the group {self.label!r} is numeric: it has a bandwidth, no smoothing parameter")
         return float(np.exp(-_LEVEL_DISTANCE[self.kind] / (2.0 * float(bandwidth) ** 2)))
 
+    def bandwidth(self, smoothing: float) -> float:
+        """The block's Gaussian bandwidth at Li and Racine's λ ∈ (0, 1): the inverse of :meth:`smoothing`."""
+        if not self.categorical:
+            raise ParameterError(f"the group {self.label!r} is numeric: it has a bandwidth, no smoothing parameter")
+        if not 0.0 < smoothing < 1.0:
+            raise ParameterError(f"a smoothing parameter needs 0 < λ < 1 for a finite bandwidth; got {smoothing!r}")
+        return float(np.sqrt(-_LEVEL_DISTANCE[self.kind] / (2.0 * np.log(smoothing))))
+
     def to_state(self) -> dict:
         return {"label": self.label, "kind": self.kind, "columns": np.asarray(self.columns, dtype=np.int64)}
 

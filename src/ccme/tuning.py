@@ -1250,15 +1250,8 @@ def _empirical_bayes_start(problem: "_ArdProblem", v_kernel: Kernel, start) -> n
         elif lam <= 0.0:
             theta[i] = low
         else:
-            h = np.sqrt(-_level_distance(g) / (2.0 * np.log(lam)))
-            theta[i] = float(np.clip(np.log2(h / rule), low, high))
+            theta[i] = float(np.clip(np.log2(g.bandwidth(lam) / rule), low, high))
     return theta
-
-
-def _level_distance(group) -> float:
-    from .kernels import _LEVEL_DISTANCE
-
-    return _LEVEL_DISTANCE[group.kind]
 
 
 def _with_groups(kernel: Kernel) -> Kernel:
