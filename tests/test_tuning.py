@@ -366,6 +366,19 @@ def test_readout_criterion_of_the_average_squares_the_folds_mean(data, monkeypat
         assert np.abs(expected).max() > 0
 
 
+def test_lambda_search_steps_follow_the_default_grid(monkeypatch):
+    """The λ searches' neighbourhood and the default grid's extensions take LAMBDA_GRID's spacing: half a decade
+    by default (the steps the searches always had), a quarter on a 17-point grid."""
+    from ccme import tuning
+
+    np.testing.assert_array_equal(10.0 ** tuning._lambda_steps(), 10.0 ** np.arange(-1.0, 1.01, 0.5))
+    np.testing.assert_array_equal(tuning._lambda_steps(-1), [-1.0, -0.5])
+    np.testing.assert_array_equal(tuning._lambda_steps(1), [0.5, 1.0])
+    monkeypatch.setattr(tuning, "LAMBDA_GRID", tuple(np.logspace(-4, 0, 17)))
+    np.testing.assert_allclose(tuning._lambda_steps(-1), [-1.0, -0.75, -0.5, -0.25])
+    np.testing.assert_allclose(tuning._lambda_steps(), np.linspace(-1.0, 1.0, 9))
+
+
 def test_second_stage_penalty_for_the_average_reads_the_curve_at_k_times_the_units(data, monkeypatch):
     """SECOND_STAGE_PENALTY_FOR "average": the λ₁ curve at λ is the fold curve at λ (K m / m)^α = λ K^α
     (LAMBDA_RATE["V"]; no subsample at n = 600), so the cross-fitted mean of K regressions is tuned as one
