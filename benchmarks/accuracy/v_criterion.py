@@ -19,7 +19,13 @@ For one case and seed, over factors of V's rule bandwidth, this prints per arm
 - ``MMDw``: the same with the kernel's bandwidth three times as wide;
 - ``MMDf``: MMD2 of each fold's own estimate (before the K folds are
   averaged), averaged over the folds: the estimate the ``LOO`` column scores,
-  each fold's λ₁ curve being read on its own second-stage units.
+  each fold's λ₁ curve being read on its own second-stage units;
+- ``RCV``: the same fit's read-out criterion at its chosen σ_y
+  (:func:`ccme.location.readout_criteria`: the weighted least-squares
+  cross-validation estimate of the density's ISE, up to a constant, on held-out
+  units that are the same at every factor), a criterion in the density's own
+  metric; ``RCVz``: its difference to the value at factor 1 in standard
+  errors of the paired difference (:func:`ccme.location.criterion_difference`).
 
 A criterion that tracks the error has its minimum where the error has its own.
 On ``ihdp_site`` at seeds 1-3 it does not for the treated arm: its criterion
@@ -57,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import ccme  # noqa: E402
 from ccme import tuning  # noqa: E402
+from ccme.location import criterion_difference, readout_criteria  # noqa: E402
 from benchmarks.accuracy.readout_gap import arm_errors  # noqa: E402
 from benchmarks.accuracy.run import Problem, _lambda_grid, _y_factors  # noqa: E402
 from benchmarks.accuracy.zoo import CASES  # noqa: E402
@@ -82,7 +89,13 @@ def one_seed(case, seed: int) -> dict:
                       "ise_best": {arm: float(arm_errors(fixed, problem, arm)[2].min()) for arm in (1, 0)},
                       "mmd2": {arm: rkhs_error(fixed, problem, arm) for arm in (1, 0)},
                       "mmd2_fold": {arm: rkhs_error(fixed, problem, arm, by_fold=True) for arm in (1, 0)},
-                      "mmd2_wide": {arm: rkhs_error(fixed, problem, arm, WIDE) for arm in (1, 0)}}
+                      "mmd2_wide": {arm: rkhs_error(fixed, problem, arm, WIDE) for arm in (1, 0)},
+                      "readout": readout_criteria(fixed.tuning), "report": fixed.tuning}
+    for f in FACTORS:  # the criterion's difference to the rule's factor in standard errors of the paired difference
+        out[f]["readout_z"] = {}
+        for arm in (1, 0):
+            diff, se = criterion_difference(out[f]["report"], out[1.0]["report"], arms=[arm])
+            out[f]["readout_z"][arm] = diff / se if se > 0 else 0.0
     return out
 
 
@@ -136,6 +149,10 @@ def main(argv=None) -> int:
             print(f"  MMDw{wide}   argmin {FACTORS[int(np.argmin([rows[f]['mmd2_wide'][arm] for f in FACTORS]))]}")
             folds = " ".join(f"{rows[f]['mmd2_fold'][arm]:9.5f}" for f in FACTORS)
             print(f"  MMDf{folds}   argmin {FACTORS[int(np.argmin([rows[f]['mmd2_fold'][arm] for f in FACTORS]))]}")
+            rcv = " ".join(f"{rows[f]['readout'][arm]:9.5f}" for f in FACTORS)
+            print(f"  RCV {rcv}   argmin {FACTORS[int(np.argmin([rows[f]['readout'][arm] for f in FACTORS]))]}")
+            z = " ".join(f"{rows[f]['readout_z'][arm]:9.2f}" for f in FACTORS)
+            print(f"  RCVz{z}   (RCV less its value at factor 1, in standard errors)")
     return 0
 
 
