@@ -113,6 +113,30 @@ def test_paper_options_are_accepted_and_shown(data):
         paper_options("ridge", 400)
 
 
+def test_weight_decay_shrinks_the_networks_and_zero_is_the_default(data):
+    """Decoupled weight decay (AdamW) pulls every parameter towards 0 at each step, so the trained networks'
+    squared parameter norm is smaller than without; 0 trains exactly as the default (plain Adam)."""
+    from ccme.estimators.base import value_from_state, value_state
+
+    def norm(res):
+        net = res.embedding(1).parts[0].net            # fold 1's network f(v) of the treated arm
+        return sum(float((p.detach() ** 2).sum()) for p in net.parameters())
+
+    y = np.linspace(-5, 35, 30)
+    plain = _fit(data, "neural_kernel", epochs=(60, 60), validation=0.0, n_rep=1)
+    zero = _fit(data, "neural_kernel", epochs=(60, 60), validation=0.0, n_rep=1, weight_decay=0.0)
+    decayed = _fit(data, "neural_kernel", epochs=(60, 60), validation=0.0, n_rep=1, weight_decay=(0.5, 0.5))
+    np.testing.assert_array_equal(zero.density(y, arm=1, normalize=False), plain.density(y, arm=1, normalize=False))
+    assert norm(decayed) < 0.9 * norm(plain)
+    assert "weight decay 0.5" in str(decayed.summary())
+    # Settings stored before the option existed (no weight_decay field) load as trained without decay.
+    settings = decayed.params["training"]
+    assert settings.weight_decay == (0.5, 0.5)
+    state = value_state(settings)
+    del state["training"]["weight_decay"]
+    assert value_from_state(state).weight_decay == (0.0, 0.0)
+
+
 def test_ridge_has_no_training_history(data):
     res = ccme.fit(SMALL, data, seed=1, propensity="logistic")
     with pytest.raises(ccme.ParameterError, match="no training history"):
@@ -122,7 +146,8 @@ def test_ridge_has_no_training_history(data):
 @pytest.mark.parametrize(
     ("option", "value"),
     [("optimizer", "rmsprop"), ("lr", -1.0), ("epochs", (10, 0)), ("hidden", (20, "x")), ("M", 0),
-     ("dtype", "float16"), ("validation", 1.5), ("patience", 0), ("batch_size", 0), ("momentum", 1.0)],
+     ("dtype", "float16"), ("validation", 1.5), ("patience", 0), ("batch_size", 0), ("momentum", 1.0),
+     ("weight_decay", -0.1), ("weight_decay", (0.0, float("nan")))],
 )
 def test_bad_options_name_the_parameter(data, option, value):
     with pytest.raises(ccme.ParameterError, match=option):

@@ -123,6 +123,31 @@ def test_m_is_chosen_from_the_given_set(data, method):
         assert not _curves(res, "lam0")
 
 
+@pytest.mark.parametrize("method", ["deep_feature", "neural_kernel"])
+def test_weight_decay_is_chosen_from_the_given_set_and_used_by_every_fold(data, method):
+    """tune={"weight_decay": [...]}: the argmin of the recorded curve (final-stage validation loss summed over the
+    arms), whose value at each point is the refit's; the chosen decay trains every fold; 0 is a candidate."""
+    grid = [0.0, 3.0]
+    res = _fit(data, method=method, tune={"weight_decay": grid}, n_rep=1)
+    (curve,) = _curves(res, "weight_decay")
+    np.testing.assert_array_equal(curve.values, grid)
+    assert curve.chosen == curve.values[np.argmin(curve.criterion)] == res.tuning.chosen["weight_decay"]
+    assert res.hyperparameters["training"].weight_decay == (curve.chosen, curve.chosen)
+    for i, w in enumerate(grid):   # only the decay is tuned: λ, M keep their defaults
+        refit = _fit(data, method=method, tune="none", weight_decay=w, n_rep=1)
+        loss = sum(min(stage_histories(refit.embeddings[arm].parts[0])[2].validation) for arm in (1, 0))
+        assert loss == pytest.approx(curve.criterion[i], rel=1e-12)
+        if w == curve.chosen:      # every fold, not only the tuning fold, trains with the chosen decay
+            for arm in (1, 0):
+                for got, want in zip(res.embeddings[arm].parts, refit.embeddings[arm].parts):
+                    for stage in (1, 2):
+                        assert stage_histories(got)[stage].validation == stage_histories(want)[stage].validation
+    with pytest.raises(ccme.ParameterError, match="non-negative numbers"):
+        _fit(data, method=method, tune={"weight_decay": [-0.5, 1.0]})
+    with pytest.raises(ccme.ParameterError, match="both set and asked to be tuned"):
+        _fit(data, method=method, tune={"weight_decay": grid}, weight_decay=1.0)
+
+
 def test_bad_grids_raise(data):
     with pytest.raises(ccme.ParameterError, match="positive integers"):
         _fit(data, tune={"M": [2.5, 4]})

@@ -273,8 +273,9 @@ def fit(
         ``ccme.estimators.DEEP_FEATURE_DEFAULTS`` / ``NEURAL_KERNEL_DEFAULTS``;
         the paper's configuration: ``ccme.estimators.paper_options(method, n)``):
         ``M`` (features / grid points), ``hidden`` (layer widths),
-        ``optimizer`` ("adam", "sgd"), ``lr`` and ``epochs`` (one value or a
-        pair (stage 1, stage 2)), ``momentum``, ``batch_size`` (None: full
+        ``optimizer`` ("adam", "sgd"), ``lr``, ``epochs`` and ``weight_decay``
+        (one value or a pair (stage 1, stage 2); decoupled, AdamW, for Adam),
+        ``momentum``, ``batch_size`` (None: full
         batch), ``validation`` (held-out fraction for early stopping) and
         ``patience``, ``standardize`` (network inputs), ``device`` ("auto",
         "cpu", "cuda"), ``dtype`` ("float64", "float32"), ``progress``

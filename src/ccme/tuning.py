@@ -178,6 +178,12 @@ NEURAL_READOUT_SEARCH = True
 #: 1.035, worse on 9 of 14 case-arms) at 1.7 times the fitting time.
 NEURAL_KERNEL_M_SEARCH = 0
 NEURAL_KERNEL_M_GRID = (10, 20, 40)
+#: Whether ``tune="auto"`` of the neural estimators chooses the networks' weight decay (``weight_decay``, decoupled:
+#: AdamW) over :data:`NEURAL_WEIGHT_DECAY_GRID` by validation loss, one value for all arms
+#: (:mod:`ccme.estimators.neural_tuning`); the paper suggests weight regularisation for the Neural-Kernel
+#: estimator's variance.
+NEURAL_WEIGHT_DECAY_SEARCH = False
+NEURAL_WEIGHT_DECAY_GRID = (0.0, 1.0, 2.0, 4.0)
 _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")
 #: Deep Feature's penalty grid for ``tune="auto"`` (ΨᵀΨ + nλI, both stages):
 #: coarser than the ridge's because each value trains a network
@@ -190,8 +196,9 @@ DEEP_FEATURE_PLUGIN_SEARCH = True
 #: Its grid (ΨᵀΨ + nλI): fine, since the whole path costs one SVD of the n × M features, and reaching far
 #: below the λ₁ grid, since the plug-in targets carry no outcome noise.
 DEEP_FEATURE_PLUGIN_GRID = tuple(np.logspace(-8, 0, 33))
-_TUNABLE_BY_METHOD = {"ridge": _TUNABLE, "deep_feature": ("lam0", "lam1", "lam1_plugin", "M", "y_bandwidth"),
-                      "neural_kernel": ("M", "y_bandwidth")}
+_TUNABLE_BY_METHOD = {"ridge": _TUNABLE,
+                      "deep_feature": ("lam0", "lam1", "lam1_plugin", "M", "weight_decay", "y_bandwidth"),
+                      "neural_kernel": ("M", "weight_decay", "y_bandwidth")}
 _OUTCOME_TOL = 1e-8
 _MAX_RANK = 2000
 #: Held-out units per fold and arm in the σ_y criterion (a random subset beyond it).  1000, not 300: the
@@ -412,6 +419,8 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
                 grids["y_bandwidth"] = Y_BANDWIDTH_FACTORS
             if method == "neural_kernel" and NEURAL_KERNEL_M_SEARCH and "grid" not in user_keys:
                 grids["M"] = NEURAL_KERNEL_M_GRID  # a user's grid array sets M
+            if NEURAL_WEIGHT_DECAY_SEARCH:
+                grids["weight_decay"] = NEURAL_WEIGHT_DECAY_GRID
         else:
             return {}
     elif isinstance(tune, dict):
@@ -434,9 +443,12 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
                 arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
             except (TypeError, ValueError):
                 arr = np.array([np.nan])
-            if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+            nonnegative = key == "weight_decay"   # no decay is a candidate
+            if (arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr))
+                    or np.any(arr < 0 if nonnegative else arr <= 0)):
                 also = " or 'ard'" if key in ("x_bandwidth", "v_bandwidth") else ""
-                raise ParameterError(f"`tune[{key!r}]` must be a non-empty list of positive numbers{also}; "
+                kind = "non-negative" if nonnegative else "positive"
+                raise ParameterError(f"`tune[{key!r}]` must be a non-empty list of {kind} numbers{also}; "
                                      f"got {values!r}")
             if key == "M":
                 if np.any(arr != np.round(arr)):

@@ -158,7 +158,8 @@ def value_from_state(state):
         return Kernel.from_state(inner)
     if tag == "training":
         fields = set(TrainingSettings.__dataclass_fields__)
-        if not isinstance(inner, dict) or set(inner) != fields:
+        # Files written before weight decay existed lack it: they trained without.
+        if not isinstance(inner, dict) or set(inner) not in (fields, fields - {"weight_decay"}):
             raise FormatError("the stored training settings do not have the expected fields")
         return TrainingSettings(**{k: value_from_state(v) for k, v in inner.items()})
     raise FormatError(f"a stored hyperparameter value has the unknown tag {str(tag)[:40]!r}")

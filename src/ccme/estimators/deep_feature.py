@@ -502,10 +502,10 @@ def _network_from_state(state):
 def first_stage_map(*, arm, Xo, Y, A, nuisance, prepared, seed, label="", n_threads=0, cache=None) -> _FeatureMap:
     """Stage 1 of one arm: ψ₀ on X among the arm's units of the fold's nuisance part.
 
-    With a ``cache`` dict the map is kept under (arm, M, λ₀), so that tuning
+    With a ``cache`` dict the map is kept under (arm, M, weight decay, λ₀), so that tuning
     λ₁ (:mod:`ccme.estimators.neural_tuning`) trains each first stage once.
     """
-    key = (arm, prepared["M"], prepared["lam0"][arm])
+    key = (arm, prepared["M"], prepared["training"].weight_decay, prepared["lam0"][arm])
     if cache is not None and key in cache:
         return cache[key]
     rows0 = nuisance[A[nuisance] == arm]

@@ -25,6 +25,10 @@ penalties, numbers of features and epochs, and it selects
   Chosen on the zoo's "choose" cases (n = 1000, two seeds; ISE against the
   unsplit fit: geometric mean 0.90, better on 12 of 14 case-arms) and reported
   on its other cases (0.85, better on 18 of 22; ``benchmarks/results/df_plugin_penalty_*``);
+- the networks' weight decay (``weight_decay``, decoupled: AdamW), when
+  asked (``tune={"weight_decay": [...]}``, or ``tune="auto"`` with
+  :data:`ccme.tuning.NEURAL_WEIGHT_DECAY_SEARCH`): both stages are refitted
+  for each value and one value for all arms is chosen as M is;
 - M (features, or grid points of the Neural-Kernel estimator), only when
   asked (``tune={"M": [...]}``): both stages are refitted for each candidate
   and M is chosen by the second stage's validation loss summed over the arms
@@ -40,7 +44,7 @@ two seeds; ISE against the rule's read-out: geometric mean 0.974 for Deep
 Feature, 0.986 for Neural-Kernel) and reported on its other cases (0.869
 and 0.949; ``benchmarks/results/neural_readout_*``).
 
-Order: M first (at the current λ), then λ₀, then λ₁, then λ₁ᵖ, one pass.  A candidate's
+Order: M first (at the current λ), then the weight decay, then λ₀, then λ₁, then λ₁ᵖ, one pass.  A candidate's
 criterion is its best validation loss (the loss of the weights kept).  Each
 arm's validation units are the same for every candidate (the split is drawn
 before the network's initial weights), so candidates are compared on the same
@@ -63,6 +67,7 @@ Hyperparameters the user sets explicitly are never tuned; ``lam_scaling="none"``
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -135,7 +140,8 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
     built = {}
 
     def key(c, arm):
-        return (arm, c["M"], c["lam0"][arm], c["lam1"][arm]) if deep else (arm, c["M"])
+        decay = c["training"].weight_decay
+        return (arm, c["M"], decay, c["lam0"][arm], c["lam1"][arm]) if deep else (arm, c["M"], decay)
 
     def arm_fit(c, arm):
         k = key(c, arm)
@@ -163,6 +169,23 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
                                          float(values[best])))
         report.chosen["M"] = int(values[best])
 
+    if "weight_decay" in grids:
+        # Both stages' networks at each decay, one value for all arms: the final stage's validation loss summed
+        # over the arms, as for M (it also credits a first stage whose decay makes the pseudo-outcomes less noisy).
+        values = np.asarray(grids["weight_decay"], dtype=float)
+        in_target = design.A[fold.target]
+        crit = np.zeros(len(values))
+        trials = [{**cand, "training": replace(settings, weight_decay=(float(w), float(w)))} for w in values]
+        for i, trial in enumerate(trials):
+            for arm in design.arms:
+                share = np.mean(in_target == arm) if mode == "onestep" else 1.0
+                crit[i] += share * final_loss(arm_fit(trial, arm))
+        best = _argmin(crit)
+        cand = trials[best]
+        report.curves.append(TuningCurve("weight_decay", values, crit, "validation loss (final stage), all arms",
+                                         float(values[best])))
+        report.chosen["weight_decay"] = float(values[best])
+
     if "lam0" in grids:
         values = np.asarray(grids["lam0"])
         for arm in design.arms:
@@ -189,7 +212,7 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
                                              float(values[best]), arm))
         report.chosen["lam1"] = dict(cand["lam1"])
 
-    for name in ("M", "lam0", "lam1"):
+    for name in ("M", "weight_decay", "lam0", "lam1"):
         curves = [c for c in report.curves if c.parameter == name]
         if curves and not all(np.any(np.isfinite(c.criterion)) for c in curves):
             report.notes.append(f"{name}: too few units for a validation loss; the first grid value was used")

@@ -73,6 +73,7 @@ NEURAL_DEFAULTS = {
     "hidden": (20, 20),        # hidden layer widths (ReLU), the paper's 2 x 20
     "optimizer": "adam",       # "adam" or "sgd" (with momentum)
     "lr": 1e-2,                # learning rate, one value or (stage 1, stage 2)
+    "weight_decay": 0.0,       # decoupled weight decay (Adam: AdamW; SGD: L2), one value or (stage 1, stage 2)
     "momentum": 0.9,           # SGD only
     "epochs": (1000, 500),     # maximum epochs (stage 1, stage 2)
     "batch_size": None,        # None: full batch
@@ -100,6 +101,12 @@ def _positive_float(value, name):
     return float(value)
 
 
+def _nonnegative_float(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (value >= 0 and np.isfinite(value)):
+        raise ParameterError(f"`{name}` must be a non-negative number; got {value!r}")
+    return float(value)
+
+
 def _positive_int(value, name):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ParameterError(f"`{name}` must be a positive integer; got {value!r}")
@@ -122,6 +129,7 @@ class TrainingSettings:
     device: str
     dtype: str
     progress: bool | None
+    weight_decay: tuple = (0.0, 0.0)
 
 
 def resolve_training(options: dict) -> TrainingSettings:
@@ -161,6 +169,7 @@ def resolve_training(options: dict) -> TrainingSettings:
         momentum=float(momentum), epochs=_pair(options["epochs"], "epochs", _positive_int), batch_size=batch,
         validation=float(validation), patience=patience, standardize=bool(options["standardize"]),
         device=device, dtype=dtype, progress=progress,
+        weight_decay=_pair(options.get("weight_decay", 0.0), "weight_decay", _nonnegative_float),
     )
 
 
@@ -275,11 +284,13 @@ def train_stage(model, loss_fn, n_train: int, settings: TrainingSettings, stage:
     """
     torch = require_torch()
     lr, epochs = settings.lr[stage - 1], settings.epochs[stage - 1]
+    decay = settings.weight_decay[stage - 1]
     params = list(model.parameters())
     if settings.optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=lr)
+        # Decoupled decay (Loshchilov & Hutter's AdamW): Adam's L2 term would be rescaled by its step sizes.
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=decay) if decay > 0 else torch.optim.Adam(params, lr=lr)
     else:
-        opt = torch.optim.SGD(params, lr=lr, momentum=settings.momentum)
+        opt = torch.optim.SGD(params, lr=lr, momentum=settings.momentum, weight_decay=decay)
     batch = settings.batch_size if settings.batch_size is not None and settings.batch_size < n_train else None
     history = StageHistory()
     best, best_state, waited = np.inf, None, 0
@@ -390,6 +401,10 @@ def describe_training(settings: TrainingSettings) -> list:
     opt = "Adam" if settings.optimizer == "adam" else f"SGD, momentum {settings.momentum:g}"
     lr = settings.lr
     lr_text = f"{lr[0]:.3g}" if lr[0] == lr[1] else f"{lr[0]:.3g} (stage 1), {lr[1]:.3g} (stage 2)"
+    decay = settings.weight_decay
+    if any(decay):
+        lr_text += ", weight decay " + (f"{decay[0]:.3g}" if decay[0] == decay[1]
+                                        else f"{decay[0]:.3g} (stage 1), {decay[1]:.3g} (stage 2)")
     stop = (
         f"{settings.validation:.0%} validation, patience {settings.patience}"
         if settings.validation > 0 and settings.patience is not None
