@@ -274,7 +274,7 @@ def fit(
         the paper's configuration: ``ccme.estimators.paper_options(method, n)``):
         ``M`` (features / grid points), ``hidden`` (layer widths),
         ``optimizer`` ("adam", "sgd"), ``lr``, ``epochs`` and ``weight_decay``
-        (one value or a pair (stage 1, stage 2); decoupled, AdamW, for Adam),
+        (one value or a pair (stage 1, stage 2); the decay is decoupled, AdamW),
         ``momentum``, ``batch_size`` (None: full
         batch), ``validation`` (held-out fraction for early stopping) and
         ``patience``, ``standardize`` (network inputs), ``device`` ("auto",

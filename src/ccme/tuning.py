@@ -181,7 +181,9 @@ NEURAL_KERNEL_M_GRID = (10, 20, 40)
 #: Whether ``tune="auto"`` of the neural estimators chooses the networks' weight decay (``weight_decay``, decoupled:
 #: AdamW) over :data:`NEURAL_WEIGHT_DECAY_GRID` by validation loss, one value for all arms
 #: (:mod:`ccme.estimators.neural_tuning`); the paper suggests weight regularisation for the Neural-Kernel
-#: estimator's variance.
+#: estimator's variance.  Off: for Neural-Kernel on the zoo's "choose" split (n = 1000, seeds 1-2) it gave 0.952 of
+#: no decay (nhefs_sex's control arm 1.46) for 1.5 times the fitting time, where the fixed default decay of
+#: :data:`ccme.estimators.NEURAL_KERNEL_DEFAULTS` gave 0.927 (``benchmarks/results/nk_weight_decay_search_choose.txt``).
 NEURAL_WEIGHT_DECAY_SEARCH = False
 NEURAL_WEIGHT_DECAY_GRID = (0.0, 1.0, 2.0, 4.0)
 _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")

@@ -73,7 +73,7 @@ NEURAL_DEFAULTS = {
     "hidden": (20, 20),        # hidden layer widths (ReLU), the paper's 2 x 20
     "optimizer": "adam",       # "adam" or "sgd" (with momentum)
     "lr": 1e-2,                # learning rate, one value or (stage 1, stage 2)
-    "weight_decay": 0.0,       # decoupled weight decay (Adam: AdamW; SGD: L2), one value or (stage 1, stage 2)
+    "weight_decay": 0.0,       # decoupled weight decay (each step shrinks by 1 - lr * decay), one value or a pair
     "momentum": 0.9,           # SGD only
     "epochs": (1000, 500),     # maximum epochs (stage 1, stage 2)
     "batch_size": None,        # None: full batch
@@ -286,11 +286,23 @@ def train_stage(model, loss_fn, n_train: int, settings: TrainingSettings, stage:
     lr, epochs = settings.lr[stage - 1], settings.epochs[stage - 1]
     decay = settings.weight_decay[stage - 1]
     params = list(model.parameters())
+    # Weight decay is decoupled (Loshchilov & Hutter 2019): every step shrinks each parameter by the factor
+    # 1 − lr·decay, apart from the loss's gradient; an L2 term in the loss would be rescaled by Adam's step sizes
+    # and amplified by SGD's momentum, so one value would mean different amounts of shrinkage.
     if settings.optimizer == "adam":
-        # Decoupled decay (Loshchilov & Hutter's AdamW): Adam's L2 term would be rescaled by its step sizes.
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=decay) if decay > 0 else torch.optim.Adam(params, lr=lr)
+        shrink = None
     else:
-        opt = torch.optim.SGD(params, lr=lr, momentum=settings.momentum, weight_decay=decay)
+        opt = torch.optim.SGD(params, lr=lr, momentum=settings.momentum)
+        shrink = 1.0 - lr * decay if decay > 0 else None
+
+    def step():
+        if shrink is not None:
+            with torch.no_grad():
+                for p in params:
+                    p.mul_(shrink)
+        opt.step()
+
     batch = settings.batch_size if settings.batch_size is not None and settings.batch_size < n_train else None
     history = StageHistory()
     best, best_state, waited = np.inf, None, 0
@@ -304,7 +316,7 @@ def train_stage(model, loss_fn, n_train: int, settings: TrainingSettings, stage:
                 opt.zero_grad(set_to_none=True)
                 loss = loss_fn(None)
                 loss.backward()
-                opt.step()
+                step()
                 epoch_loss = float(loss.detach())
             else:
                 order = torch.randperm(n_train, generator=generator)
@@ -314,7 +326,7 @@ def train_stage(model, loss_fn, n_train: int, settings: TrainingSettings, stage:
                     opt.zero_grad(set_to_none=True)
                     loss = loss_fn(rows)
                     loss.backward()
-                    opt.step()
+                    step()
                     total += float(loss.detach()) * len(rows)
                 epoch_loss = total / n_train
             history.train.append(epoch_loss)
@@ -374,7 +386,7 @@ def paper_options(method: str, n: int) -> dict:
     batch, learning rate κ·n/200 (κ = 2e-4 for Deep Feature, 4e-4 for
     Neural-Kernel), epochs (6000, 1000) and (16000, 500), outcome bandwidth
     2, λ₀ = λ₁ = 20 added unscaled (ΨᵀΨ + λI, as the paper's reference code
-    does), no input standardisation, no validation split.  The reference code
+    does), no input standardisation, no validation split, no weight decay.  The reference code
     also clips the propensity at [0.1, 0.9]: pass ``clip=0.1`` to
     :func:`ccme.fit` for the same.
 
@@ -387,6 +399,7 @@ def paper_options(method: str, n: int) -> dict:
     common = {
         "M": 20, "hidden": (20, 20), "optimizer": "sgd", "momentum": 0.9, "batch_size": None,
         "validation": 0.0, "patience": None, "standardize": False, "y_kernel": "gaussian", "y_bandwidth": 2.0,
+        "weight_decay": 0.0,
     }
     if method == "deep_feature":
         kappa = 2e-4 * np.sqrt(2 * np.pi) * 2.0
