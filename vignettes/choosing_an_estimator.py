@@ -96,11 +96,12 @@ fig.tight_layout()
 # times ridge's, below it at n = 1000 and 4000 (its doubly robust second stage
 # is split as the ridge's, with the plug-in part's own penalty, and the neural
 # estimators average three repetitions of the cross-fit by default).
-# Neural-Kernel is the least accurate at every n here (0.0127 to 0.0037, 1.1
-# to 1.4 times ridge's; it has no ridge penalty, and the neural estimators add
-# the randomness of initialisation and early stopping, as the paper's Section
-# "Qualitative Assessment" also observes), and with its three repetitions it
-# is no faster than ridge at these sizes (about 2 to 6 s against 1 to 4 s).
+# Neural-Kernel is the least accurate at every n here (0.0134 to 0.0035, 1.06
+# to 1.34 times ridge's, closest at the larger n; it has no ridge penalty, only
+# its default weight decay, and the neural estimators add the randomness of
+# initialisation and early stopping, as the paper's Section "Qualitative
+# Assessment" also observes), and with its three repetitions it is no faster
+# than ridge at these sizes (about 2 to 8 s against 1 to 3.5 s).
 # Ridge's time at these sizes (a few seconds on this 2-core machine) is mostly
 # its automatic tuning and grows slowly; its cost grows like n³ eventually
 # (two n/2 × n/2 factorisations per fit: about 14 s at n = 20000 without
