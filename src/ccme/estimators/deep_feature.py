@@ -77,7 +77,10 @@ __all__ = ["DeepFeatureEstimator", "DeepFeatureFoldArm", "PseudoOutcomeGram", "D
 #: are :data:`ccme.estimators.training.NEURAL_DEFAULTS`).  M = 20 features as
 #: in the paper; λ₀ = λ₁ = 0.01 in the paper's convention ΨᵀΨ + nλI, the
 #: ridge estimator's default (the paper's λ = 20 unscaled is nλ with
-#: λ ≈ 0.008 at its n = 5000, folds of 2500).
+#: λ ≈ 0.008 at its n = 5000, folds of 2500).  No weight decay: its penalties
+#: already regularise, and on the zoo's "choose" split (n = 1000, seeds 1-2)
+#: decays of 1, 2 and 4 gave 0.971, 1.025 and 1.043 of none
+#: (``benchmarks/results/df_weight_decay_choose.txt``).
 DEEP_FEATURE_DEFAULTS = {
     **NEURAL_DEFAULTS,
     "M": 20,
