@@ -153,38 +153,32 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         history = stage_histories(arm_est)
         return _best_loss(history[max(history)])
 
-    if "M" in grids:
-        values = np.asarray(grids["M"])
-        in_target = design.A[fold.target]
+    in_target = design.A[fold.target]
+
+    def all_arms_choice(name, values, trials):
+        """The trial whose final stage's validation loss, summed over the arms, is smallest (the final regression;
+        the loss also credits a first stage that makes the pseudo-outcomes less noisy); its curve is recorded."""
         crit = np.zeros(len(values))
-        trials = [_with_m(cand, int(m), deep, design.Y) for m in values]
         for i, trial in enumerate(trials):
             for arm in design.arms:
                 # One-step regresses within the arm: weight each arm's mean loss by its share of the units.
                 share = np.mean(in_target == arm) if mode == "onestep" else 1.0
                 crit[i] += share * final_loss(arm_fit(trial, arm))
         best = _argmin(crit)
-        cand = trials[best]
-        report.curves.append(TuningCurve("M", values.astype(float), crit, "validation loss (final stage), all arms",
-                                         float(values[best])))
-        report.chosen["M"] = int(values[best])
+        report.curves.append(TuningCurve(name, np.asarray(values, dtype=float), crit,
+                                         "validation loss (final stage), all arms", float(values[best])))
+        return trials[best], values[best]
 
-    if "weight_decay" in grids:
-        # Both stages' networks at each decay, one value for all arms: the final stage's validation loss summed
-        # over the arms, as for M (it also credits a first stage whose decay makes the pseudo-outcomes less noisy).
+    if "M" in grids:
+        values = np.asarray(grids["M"])
+        cand, chosen = all_arms_choice("M", values, [_with_m(cand, int(m), deep, design.Y) for m in values])
+        report.chosen["M"] = int(chosen)
+
+    if "weight_decay" in grids:   # both stages' networks at each decay, one value for all arms, as for M
         values = np.asarray(grids["weight_decay"], dtype=float)
-        in_target = design.A[fold.target]
-        crit = np.zeros(len(values))
-        trials = [{**cand, "training": replace(settings, weight_decay=(float(w), float(w)))} for w in values]
-        for i, trial in enumerate(trials):
-            for arm in design.arms:
-                share = np.mean(in_target == arm) if mode == "onestep" else 1.0
-                crit[i] += share * final_loss(arm_fit(trial, arm))
-        best = _argmin(crit)
-        cand = trials[best]
-        report.curves.append(TuningCurve("weight_decay", values, crit, "validation loss (final stage), all arms",
-                                         float(values[best])))
-        report.chosen["weight_decay"] = float(values[best])
+        cand, chosen = all_arms_choice("weight_decay", values, [
+            {**cand, "training": replace(settings, weight_decay=(float(w), float(w)))} for w in values])
+        report.chosen["weight_decay"] = float(chosen)
 
     if "lam0" in grids:
         values = np.asarray(grids["lam0"])
