@@ -662,6 +662,27 @@ def test_neural_kernel_fold_arm_round_trip(tmp_path):
     assert back.history == arm.history
 
 
+def test_split_neural_kernel_fold_arm_round_trip_and_version_one(tmp_path):
+    """A split second stage's correction network comes back bit for bit; a version-1 state (no correction field,
+    written before the split) still loads, as one network."""
+    from ccme.estimators.neural_kernel import NeuralKernelFoldArm
+
+    net, standardizer, dtype = _network(2, 7)
+    correction, _, _ = _network(2, 7, seed=3)
+    grid = np.linspace(-2, 2, 7)[:, None]
+    arm = NeuralKernelFoldArm(grid, net, standardizer, {2: _history(4), 3: _history(5)}, dtype, "cpu", correction)
+    back = _round_trip(arm, tmp_path)
+    V_eval = np.random.default_rng(6).normal(size=(11, 2))
+    _assert_identical(arm.coefficients(V_eval), back.coefficients(V_eval), "coefficients")
+    assert back.history == arm.history and list(back.history) == [2, 3]
+    single = NeuralKernelFoldArm(grid, net, standardizer, {2: _history(4)}, dtype, "cpu")
+    old = {k: v for k, v in single.to_state().items() if k != "correction"}
+    loaded = NeuralKernelFoldArm.from_state(dict(old, version=1))
+    assert loaded.correction is None
+    _assert_identical(single.coefficients(V_eval), loaded.coefficients(V_eval), "coefficients")
+    assert not np.array_equal(arm.coefficients(V_eval), single.coefficients(V_eval))
+
+
 def test_neural_fold_arm_with_bad_network_is_named(tmp_path):
     from ccme.estimators.neural_kernel import NeuralKernelFoldArm
 
@@ -673,5 +694,5 @@ def test_neural_fold_arm_with_bad_network_is_named(tmp_path):
         NeuralKernelFoldArm.from_state(dict(state, network=dict(state["network"], layers=layers)))
     with pytest.raises(FormatError, match="network should have the fields"):
         NeuralKernelFoldArm.from_state(dict(state, network={"layers": layers}))
-    with pytest.raises(FormatError, match=r"ccme.NeuralKernelFoldArm version 2.*ccme.fit"):
-        NeuralKernelFoldArm.from_state(dict(state, version=2))
+    with pytest.raises(FormatError, match=r"ccme.NeuralKernelFoldArm version 3.*ccme.fit"):
+        NeuralKernelFoldArm.from_state(dict(state, version=3))

@@ -189,10 +189,13 @@ def test_neural_kernel_density_equals_eq_nk_density(small_fits):
         sigma = res.embeddings[0].y_kernel.bandwidth_array[0]  # the arm's read-out
         grid = res.hyperparameters["grid"]
         parts = res.embeddings[0].parts
-        expected = sum(
-            part.net(torch.as_tensor(part.standardizer(V))).detach().numpy() @ naive_gram(grid, y[:, None], sigma)
-            for part in parts
-        ) / len(parts)
+        def f(part):   # f(v): one network, or the split doubly robust stage's plug-in part plus its correction
+            Z = torch.as_tensor(part.standardizer(V))
+            out = part.net(Z).detach().numpy()
+            return out if part.correction is None else out + part.correction(Z).detach().numpy()
+
+        assert all((part.correction is not None) == (mode == "dr") for part in parts)
+        expected = sum(f(part) @ naive_gram(grid, y[:, None], sigma) for part in parts) / len(parts)
         np.testing.assert_allclose(res.density(y, newdata=newdata, arm=0, normalize=False), expected, rtol=1e-9,
                                    atol=1e-12)
         atoms, w = res.embeddings[0].weights(v=V)

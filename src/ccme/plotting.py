@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ParameterError
+from .estimators.training import STAGE_NAMES
 
 __all__ = ["plot_densities", "plot_cdfs", "plot_effect", "plot_overlap", "plot_calibration"]
 
@@ -247,7 +248,7 @@ def plot_training(res, *, ax=None, **kwargs):
     for i, ((arm, stage), group) in enumerate(history.groupby(["arm", "stage"], sort=False)):
         colour = f"C{i % 10}"
         for (repetition, fold), curve in group.groupby(["repetition", "fold"]):
-            label = f"{_ARM_LABEL[arm]} stage {stage}" if (repetition, fold) == (1, 1) else None
+            label = f"{_ARM_LABEL[arm]} {STAGE_NAMES[stage]}" if (repetition, fold) == (1, 1) else None
             ax.plot(curve["epoch"], curve["train_loss"], "-", color=colour, label=label, **kwargs)
             if curve["validation_loss"].notna().any():
                 ax.plot(curve["epoch"], curve["validation_loss"], "--", color=colour, **kwargs)
@@ -269,6 +270,8 @@ _TUNING_LABELS = {
     "M": "M (features / grid points)",
     "epochs_stage1": "epoch (stage 1, early stopping)",
     "epochs_stage2": "epoch (stage 2, early stopping)",
+    "epochs_stage3": "epoch (stage 2's correction, early stopping)",
+    "weight_decay": "weight decay (networks)",
 }
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .effects import effect_table
+from .estimators.training import STAGE_NAMES
 from .errors import CcmeWarning
 from .pseudo import MODE_NAMES
 
@@ -232,12 +233,12 @@ def _tuning_rows(report) -> list:
     if "M" in report.chosen:
         curve = next(c for c in report.curves if c.parameter == "M")
         rows.append(("M", f"{report.chosen['M']} of {len(curve.values)} values ({curve.criterion_name})"))
-    for stage in (1, 2):
+    for stage in (1, 2, 3):
         epochs = report.chosen.get(f"epochs_stage{stage}")
         if epochs:
             kept = ", ".join(f"{({1: 'treated', 0: 'control'}.get(arm, arm) if len(epochs) == 2 else arm)} {e}"
                              for arm, e in epochs.items())
-            rows.append((f"Epochs, stage {stage}", f"{kept} (best validation loss, first fold)"))
+            rows.append((f"Epochs, {STAGE_NAMES[stage]}", f"{kept} (best validation loss, first fold)"))
     if "location" in report.chosen:
         rows.append(("Location", f"'auto': {report.chosen['location']} (read-out criterion, note below)"))
     rows.append(("Time", f"{report.seconds:.2f} s"))

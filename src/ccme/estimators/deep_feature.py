@@ -51,6 +51,7 @@ from .base import FactoredArm, LinearSecondStage, Parameters, SplitSecondStage
 from .ridge import _per_arm_text, per_arm_positive
 from .training import (
     NEURAL_DEFAULTS,
+    STAGE_NAMES,
     NeuralEstimator,
     Standardizer,
     describe_training,
@@ -723,7 +724,7 @@ def training_rows(embeddings) -> list:
     binary = set(embeddings) == {0, 1}
     for arm in embeddings:
         parts = embeddings[arm].parts
-        for stage in (1, 2):
+        for stage in (1, 2, 3):
             runs = [h[stage] for h in map(stage_histories, parts) if stage in h]
             if not runs:
                 continue
@@ -735,5 +736,5 @@ def training_rows(embeddings) -> list:
             if early:
                 text += f", {early} stopped early"
             name = ("Treated" if arm == 1 else "Control") if binary else f"Arm {arm}"
-            rows.append((f"{name} stage {stage}", text))
+            rows.append((f"{name} {STAGE_NAMES[stage]}", text))
     return rows

@@ -87,6 +87,11 @@ NEURAL_KERNEL_DEFAULTS = {
 #: nsw_race's skewed earnings gain, 0.82 / 0.60).
 AUTO_GRID_1D = "regular"
 
+#: Whether the doubly robust second stage is split (:func:`build_neural_kernel_arm`): f = f_p + f_c, the plug-in
+#: part μ̂₀(X) and the correction ω(φ(Y) − μ̂₀(X)) on networks of their own, as the ridge's and Deep Feature's are
+#: (:class:`ccme.estimators.base.SplitSecondStage`).
+SPLIT_SECOND_STAGE = True
+
 
 def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
     """The grid points ỹ_1..ỹ_M (see the module docstring)."""
@@ -129,23 +134,32 @@ def nk_loss(F, T, c, K_M):
 
 
 class NeuralKernelFoldArm(FactoredArm):
-    """The Neural-Kernel CCME of one arm on one fold: c(v) = f(v) over the grid, eq. (nk_density)."""
+    """The Neural-Kernel CCME of one arm on one fold: c(v) = f(v) over the grid, eq. (nk_density).
 
-    def __init__(self, grid, net, standardizer, history: dict, dtype, device):
+    With a split second stage (:data:`SPLIT_SECOND_STAGE`) f = f_p + f_c, the
+    networks of the plug-in part (``net``) and of the correction
+    (``correction``), on the same standardised V.
+    """
+
+    def __init__(self, grid, net, standardizer, history: dict, dtype, device, correction=None):
         self._atoms = np.ascontiguousarray(grid)
         self.loadings = np.eye(len(grid))
-        self.net, self.standardizer = net, standardizer
+        self.net, self.standardizer, self.correction = net, standardizer, correction
         self.history = history
         self.jitter = {}
         self._dtype, self._device = dtype, device
 
     def coefficients(self, V_eval):
         """f(v), shape (M, n_eval)."""
-        return network_outputs(self.net, self.standardizer, V_eval, self._dtype, self._device).T
+        f = network_outputs(self.net, self.standardizer, V_eval, self._dtype, self._device)
+        if self.correction is not None:
+            f = f + network_outputs(self.correction, self.standardizer, V_eval, self._dtype, self._device)
+        return f.T
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
+    #: Version 2 adds the correction's network (None when the second stage is not split).
     STATE_SCHEMA = "ccme.NeuralKernelFoldArm"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def to_state(self) -> dict:
         """The fitted estimator as a versioned state for :mod:`ccme.io`.
@@ -157,9 +171,12 @@ class NeuralKernelFoldArm(FactoredArm):
         from ..io import make_state
         from .deep_feature import _histories_to_state
 
+        correction = None if self.correction is None else network_to_arrays(self.correction, self.standardizer,
+                                                                            self._dtype, self._device)
         return make_state(self.STATE_SCHEMA, self.STATE_VERSION, grid=self.atoms,
                           history=_histories_to_state(self.history), jitter=dict(self.jitter),
-                          network=network_to_arrays(self.net, self.standardizer, self._dtype, self._device))
+                          network=network_to_arrays(self.net, self.standardizer, self._dtype, self._device),
+                          correction=correction)
 
     @classmethod
     def from_state(cls, state) -> "NeuralKernelFoldArm":
@@ -168,13 +185,20 @@ class NeuralKernelFoldArm(FactoredArm):
         from ..io import check_schema
         from .deep_feature import _histories_from_state, _network_from_state
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION, keys=("grid", "history", "jitter", "network"))
+        keys = ("grid", "history", "jitter", "network")
+        version = check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION),
+                               keys=keys if isinstance(state, dict) and state.get("version") == 1
+                               else (*keys, "correction"))
         if not isinstance(state["grid"], np.ndarray) or state["grid"].ndim != 2:
             raise FormatError("the stored Neural-Kernel estimator's grid is not a matrix")
         if not isinstance(state["jitter"], dict):
             raise FormatError("the stored Neural-Kernel estimator's jitter is not a dict")
         net, standardizer, dtype, device = _network_from_state(state["network"])
-        arm = cls(state["grid"], net, standardizer, _histories_from_state(state["history"]), dtype, device)
+        correction = None
+        if version >= 2 and state["correction"] is not None:
+            correction, _, _, _ = _network_from_state(state["correction"])
+        arm = cls(state["grid"], net, standardizer, _histories_from_state(state["history"]), dtype, device,
+                  correction)
         arm.jitter = dict(state["jitter"])
         return arm
 
@@ -253,7 +277,21 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
             stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads,
         )
         g0 = network_outputs(net0, std0, Xo[target], dtype, device)     # μ̂₀(X_1i) = Σ_j g0_ij φ(ỹ_j)
-    T, c = pseudo_outcome_targets(a, b, _kernel_to_grid(Y[target], grid, kernel), g0, K_M, k0)
+    k1 = _kernel_to_grid(Y[target], grid, kernel)
+    if mode == "dr" and SPLIT_SECOND_STAGE and g0 is not None:
+        # ξ_i = μ̂₀(X_1i) + ω_i (φ(Y_1i) − μ̂₀(X_1i)): the plug-in part (coefficients a = 0, b = 1), whose targets
+        # carry no outcome noise, and the correction (a, b − 1), each on its own network stopped early on its own
+        # validation loss (stage 3 of the history), as the ridge's split second stage smooths the two apart.
+        T, c = pseudo_outcome_targets(np.zeros_like(a), np.ones_like(b), k1, g0, K_M, k0)
+        Tc, cc = pseudo_outcome_targets(a, b - 1.0, k1, g0, K_M, k0)
+        net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
+                                                generator=stage_generator(seed, arm, 3), label=label,
+                                                n_threads=n_threads)
+        correction, _, history[3] = fit_grid_network(V[target], Tc, cc, K_M, settings=settings, stage=2,
+                                                     generator=stage_generator(seed, arm, 2),
+                                                     label=label + "correction, ", n_threads=n_threads)
+        return NeuralKernelFoldArm(grid, net, std, history, dtype, device, correction)
+    T, c = pseudo_outcome_targets(a, b, k1, g0, K_M, k0)
     net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
                                             generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
     return NeuralKernelFoldArm(grid, net, std, history, dtype, device)

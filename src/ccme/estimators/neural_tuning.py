@@ -150,8 +150,10 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
         return built[k]
 
     def final_loss(arm_est):
+        """The second stage's best validation loss (the final regression's; summed over the plug-in part and the
+        correction where they are split, stages 2 and 3); one-step's only stage's."""
         history = stage_histories(arm_est)
-        return _best_loss(history[max(history)])
+        return sum(_best_loss(h) for stage, h in history.items() if stage >= 2 or len(history) == 1)
 
     in_target = design.A[fold.target]
 

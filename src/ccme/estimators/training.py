@@ -189,6 +189,11 @@ def torch_dtype(settings: TrainingSettings):
     return torch.float64 if settings.dtype == "float64" else torch.float32
 
 
+#: The training histories' stages, by name: a split second stage (Neural-Kernel's doubly robust one) trains its
+#: correction's network as stage 3.
+STAGE_NAMES = {1: "stage 1", 2: "stage 2", 3: "stage 2, correction"}
+
+
 def stage_generator(seed: int, arm: int, stage: int):
     """The CPU generator of one fold, arm and stage, derived from the fold's seed."""
     torch = require_torch()
