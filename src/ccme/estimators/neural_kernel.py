@@ -14,6 +14,15 @@ the arm's D1 units with the stage-1 loss.  The losses reported (training
 curves) add the constant (1/n) Σ‖ξ_i‖², so that each is the mean squared
 RKHS error Σ‖μ(V_i) − ξ_i‖²/n itself.
 
+In the doubly robust mode the second stage is split (:data:`SPLIT_SECOND_STAGE`):
+ξ_i = μ̂₀(X_1i) + ω_i (φ(Y_1i) − μ̂₀(X_1i)), and f = f_p + f_c with f_p fitted
+to the plug-in part (coefficients a = 0, b = 1: targets without outcome
+noise) and f_c to the correction (a, b − 1), each network stopped early on
+its own validation loss, as the ridge estimator's split second stage
+(:class:`ccme.estimators.base.SplitSecondStage`) smooths the two apart.  The
+networks' weights decay by default (``weight_decay``, decoupled; the paper's
+"weight regularization" for this estimator's variance).
+
 Grid (``grid=``): ``"regular"`` M points from min(Y) to max(Y) (d_y = 1, as
 the paper); ``"quantile"`` the j/(M − 1) quantiles (j = 0..M − 1) of the
 outcome's distinct values, from min(Y) to max(Y) and denser where the
