@@ -70,6 +70,9 @@ from benchmarks.accuracy.zoo import CASES  # noqa: E402
 
 FACTORS = (0.5, 0.7, 1.0, 1.41, 1.9)
 WIDE = 3.0      # the MMD2w column's kernel, in units of the embedding's outcome bandwidth
+#: The printed rows: (label, key of :func:`one_seed`'s entries, decimals).
+COLUMNS = (("LOO", "loo", 6), ("ISE", "ise", 5), ("ISE*", "ise_best", 5), ("MMD2", "mmd2", 5),
+           ("MMDw", "mmd2_wide", 5), ("MMDf", "mmd2_fold", 5), ("RCV", "readout", 5), ("RCVz", "readout_z", 2))
 
 
 def one_seed(case, seed: int) -> dict:
@@ -136,23 +139,13 @@ def main(argv=None) -> int:
     for seed in (int(s) for s in args.seeds.split(",")):
         rows = one_seed(case, seed)
         for arm in (1, 0):
-            loo = " ".join(f"{rows[f]['loo'][arm]:9.6f}" for f in FACTORS)
-            ise = " ".join(f"{rows[f]['ise'][arm]:9.5f}" for f in FACTORS)
             print(f"seed {seed} arm {arm}  factors {' '.join(f'{f:9g}' for f in FACTORS)}")
-            print(f"  LOO {loo}   argmin {FACTORS[int(np.argmin([rows[f]['loo'][arm] for f in FACTORS]))]}")
-            print(f"  ISE {ise}   argmin {FACTORS[int(np.argmin([rows[f]['ise'][arm] for f in FACTORS]))]}")
-            best = " ".join(f"{rows[f]['ise_best'][arm]:9.5f}" for f in FACTORS)
-            print(f"  ISE*{best}   argmin {FACTORS[int(np.argmin([rows[f]['ise_best'][arm] for f in FACTORS]))]}")
-            mmd = " ".join(f"{rows[f]['mmd2'][arm]:9.5f}" for f in FACTORS)
-            print(f"  MMD2{mmd}   argmin {FACTORS[int(np.argmin([rows[f]['mmd2'][arm] for f in FACTORS]))]}")
-            wide = " ".join(f"{rows[f]['mmd2_wide'][arm]:9.5f}" for f in FACTORS)
-            print(f"  MMDw{wide}   argmin {FACTORS[int(np.argmin([rows[f]['mmd2_wide'][arm] for f in FACTORS]))]}")
-            folds = " ".join(f"{rows[f]['mmd2_fold'][arm]:9.5f}" for f in FACTORS)
-            print(f"  MMDf{folds}   argmin {FACTORS[int(np.argmin([rows[f]['mmd2_fold'][arm] for f in FACTORS]))]}")
-            rcv = " ".join(f"{rows[f]['readout'][arm]:9.5f}" for f in FACTORS)
-            print(f"  RCV {rcv}   argmin {FACTORS[int(np.argmin([rows[f]['readout'][arm] for f in FACTORS]))]}")
-            z = " ".join(f"{rows[f]['readout_z'][arm]:9.2f}" for f in FACTORS)
-            print(f"  RCVz{z}   (RCV less its value at factor 1, in standard errors)")
+            for label, key, digits in COLUMNS:
+                values = [rows[f][key][arm] for f in FACTORS]
+                line = " ".join(f"{v:9.{digits}f}" for v in values)
+                tail = ("(RCV less its value at factor 1, in standard errors)" if key == "readout_z"
+                        else f"argmin {FACTORS[int(np.argmin(values))]}")
+                print(f"  {label:4s}{line}   {tail}")
     return 0
 
 

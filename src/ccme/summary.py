@@ -233,7 +233,7 @@ def _tuning_rows(report) -> list:
     if "M" in report.chosen:
         curve = next(c for c in report.curves if c.parameter == "M")
         rows.append(("M", f"{report.chosen['M']} of {len(curve.values)} values ({curve.criterion_name})"))
-    for stage in (1, 2, 3):
+    for stage in STAGE_NAMES:
         epochs = report.chosen.get(f"epochs_stage{stage}")
         if epochs:
             kept = ", ".join(f"{({1: 'treated', 0: 'control'}.get(arm, arm) if len(epochs) == 2 else arm)} {e}"

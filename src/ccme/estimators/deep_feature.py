@@ -724,7 +724,7 @@ def training_rows(embeddings) -> list:
     binary = set(embeddings) == {0, 1}
     for arm in embeddings:
         parts = embeddings[arm].parts
-        for stage in (1, 2, 3):
+        for stage in STAGE_NAMES:
             runs = [h[stage] for h in map(stage_histories, parts) if stage in h]
             if not runs:
                 continue

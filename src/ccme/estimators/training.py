@@ -169,7 +169,7 @@ def resolve_training(options: dict) -> TrainingSettings:
         momentum=float(momentum), epochs=_pair(options["epochs"], "epochs", _positive_int), batch_size=batch,
         validation=float(validation), patience=patience, standardize=bool(options["standardize"]),
         device=device, dtype=dtype, progress=progress,
-        weight_decay=_pair(options.get("weight_decay", 0.0), "weight_decay", _nonnegative_float),
+        weight_decay=_pair(options["weight_decay"], "weight_decay", _nonnegative_float),
     )
 
 
