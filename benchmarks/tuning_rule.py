@@ -33,13 +33,13 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-_RUN = ("import sys, importlib; sys.path.insert(0, {root!r}); setattr(importlib.import_module({module!r}), "
-        "{name!r}, {value!r}); from benchmarks.accuracy import run; sys.exit(run.main(sys.argv[1:]))")
-#: The same for one entry of a dict constant (``NAME[KEY]=...``), set in place (each value runs in its own
-#: process), so that every holder of the dict sees it, e.g. an estimator class's ``defaults``.
-_RUN_ITEM = ("import sys, importlib; sys.path.insert(0, {root!r}); m = importlib.import_module({module!r}); "
-             "getattr(m, {name!r})[{key!r}] = {value!r}; "
-             "from benchmarks.accuracy import run; sys.exit(run.main(sys.argv[1:]))")
+_RUN = ("import sys, importlib; sys.path.insert(0, {root!r}); {assignments}"
+        "from benchmarks.accuracy import run; sys.exit(run.main(sys.argv[1:]))")
+#: One constant set in that process: a module attribute, or one entry of a dict constant (``NAME[KEY]=...``), set in
+#: place (each value runs in its own process), so that every holder of the dict sees it, e.g. an estimator class's
+#: ``defaults``.
+_SET = "setattr(importlib.import_module({module!r}), {name!r}, {value!r}); "
+_SET_ITEM = "importlib.import_module({module!r}).{name}[{key!r}] = {value!r}; "
 
 
 def parse_setting(text: str) -> tuple[str, str, str | None, list]:
@@ -140,28 +140,36 @@ def paired_interval(m: pd.DataFrame) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--setting", required=True, help="module.NAME=v1,v2,... (the first value is the baseline)")
+    p.add_argument("--setting", required=True, action="append",
+                   help="module.NAME=v1,v2,... (the first value is the baseline); repeat it to change several "
+                        "constants together, the k-th values of each making the k-th run")
     p.add_argument("--tag", default=None, help="name of the output files (default: the split, or 'cases')")
     p.add_argument("--stem", default=None, help="first part of the output files' names (default: NAME in lower case)")
     p.add_argument("--parallel", action="store_true", help="run the values' processes at the same time")
     p.add_argument("--config", default="ridge_dr",
                    help="the zoo configuration to run and compare (default ridge_dr; e.g. deep_feature)")
     args, rest = p.parse_known_args(argv)
-    module, name, key, values = parse_setting(args.setting)
+    settings = [parse_setting(text) for text in args.setting]
+    if len({len(values) for *_, values in settings}) != 1:
+        raise SystemExit("every --setting must give the same number of values")
+    runs = list(zip(*(values for *_, values in settings)))
+    values = [" + ".join(value_label(v) for v in run) for run in runs]
     tag = args.tag or next((rest[i + 1] for i, a in enumerate(rest) if a == "--split"), "cases")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    stem = args.stem or name.lower()
-    outs = {v: RESULTS / f"{stem}_{tag}_{value_label(v)}.csv" for v in values}
+    stem = args.stem or "_".join(name.lower() for _, name, _, _ in settings)
+    outs = {v: RESULTS / f"{stem}_{tag}_{v.replace(' + ', '+')}.csv" for v in values}
     procs = []
-    for v in values:
-        command = [sys.executable, "-c", (_RUN if key is None else _RUN_ITEM).format(
-            root=str(ROOT), module=module, name=name, key=key, value=v),
+    for v, run in zip(values, runs):
+        assignments = "".join((_SET if key is None else _SET_ITEM).format(module=module, name=name, key=key,
+                                                                          value=value)
+                              for (module, name, key, _), value in zip(settings, run))
+        command = [sys.executable, "-c", _RUN.format(root=str(ROOT), assignments=assignments),
                    "--methods", args.config, *rest, "--out", str(outs[v])]
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
         if args.parallel:
             procs.append(proc)
         elif proc.wait():
-            raise SystemExit(f"the run with {name}={v} failed")
+            raise SystemExit(f"the run with {v} failed")
     if any(proc.wait() for proc in procs):
         raise SystemExit("a run failed")
     frames = {v: pd.read_csv(outs[v]) for v in values}
