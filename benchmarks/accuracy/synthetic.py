@@ -24,7 +24,7 @@ from ._base import SyntheticCase, bounded, combine, expit, gaussian, softmax
 
 __all__ = [
     "LinearV1", "HeteroV2", "MixtureV3", "Paper", "IrrelevantX50", "SparseV10", "WeakOverlap",
-    "MixedV", "CategoricalV", "OrdinalV", "Bivariate", "LargeN", "InsideV", "ThroughW", "FactorShapeV", "FactorSlopeV",
+    "MixedV", "SpikeTail", "CategoricalV", "OrdinalV", "Bivariate", "LargeN", "InsideV", "ThroughW", "FactorShapeV", "FactorSlopeV",
 ]
 
 
@@ -436,6 +436,71 @@ class MixedV(SyntheticCase):
         var = sd**2 + 0.49 * 0.64
         P = self._smoke_probs(sex, age)
         return combine([(P[:, k], gaussian(mean + 1.5 * k, var)) for k in range(3)])
+
+
+# ---------------------------------------------------------------------------------
+class SpikeTail(SyntheticCase):
+    """Earnings-like: a spike near zero, a bulk and a long right tail, in proportions that move with V.
+
+    The spike's and the tail's weights depend on V alone (so that the truth
+    stays a finite Gaussian mixture given V); the confounders outside V move
+    the bulk's and the tail's means.  The spike's standard deviation (0.15)
+    is a fraction of the outcome's, a shape no "choose" case had; the case was
+    added after the "report" case ``nsw_race`` had shown the Neural-Kernel's
+    regular grid failing on such a spike, so that grid rules can be chosen on
+    "choose".
+    """
+
+    name = "spike_tail"
+    description = ("dim V 1, two confounders outside V; a spike near zero, a bulk and a long right tail, weights "
+                   "moving with V")
+    split = "choose"
+    n = 2000
+    formula = "y ~ a | v1 | w1 + w2"
+    v_columns = ["v1"]
+    x_columns = ["v1", "w1", "w2"]
+    ps_range = (0.1, 0.9)
+    features = ("dimV=1", "dimX=3", "confounding in+out V", "spike+tail", "skewed")
+    _G = np.array([0.5, -0.4])
+    _TAU = 0.8
+
+    def sample_v(self, n, rng):
+        return pd.DataFrame({"v1": rng.standard_normal(n)})
+
+    def sample_w(self, v, rng):
+        v1 = v["v1"].to_numpy()
+        return pd.DataFrame(np.outer(v1, self._G) + self._TAU * rng.standard_normal((len(v1), 2)),
+                            columns=["w1", "w2"])
+
+    def propensity(self, x):
+        v1, w1, w2 = _cols(x, ["v1", "w1", "w2"])
+        return bounded(*self.ps_range, 0.5 * v1 + 0.9 * w1 - 0.7 * w2)
+
+    @staticmethod
+    def _parts(v1, arm):
+        """Weights (spike, bulk, tail) and, per component, (intercept, coefficients on W, standard deviation)."""
+        spike = expit(-0.2 - 0.7 * v1 - 0.6 * arm)
+        tail = (1 - spike) * expit(-1.6 + 0.6 * v1 + 0.4 * arm)
+        components = ((0.1 + 0 * v1, np.zeros(2), 0.15),
+                      (4.0 + 1.0 * arm + 0.8 * v1, np.array([1.0, 0.6]), 1.2),
+                      (10.0 + 2.0 * arm + 1.5 * v1, np.array([2.0, 1.0]), 4.0))
+        return (spike, 1 - spike - tail, tail), components
+
+    def sample_y(self, x, arm, rng):
+        v1 = x["v1"].to_numpy(dtype=float)
+        W = x[["w1", "w2"]].to_numpy(dtype=float)
+        weights, components = self._parts(v1, arm)
+        which = (rng.random(len(v1))[:, None] > np.cumsum(np.column_stack(weights), axis=1)).sum(axis=1)
+        eps = rng.standard_normal(len(v1))
+        draws = np.column_stack([c + W @ b + s * eps for c, b, s in components])
+        return draws[np.arange(len(v1)), np.minimum(which, 2)]
+
+    def mixture(self, v_frame, arm):
+        v1 = v_frame["v1"].to_numpy(dtype=float)
+        weights, components = self._parts(v1, arm)
+        mW = np.outer(v1, self._G)
+        return combine([(q, gaussian(c + mW @ b, np.full(len(v1), s**2 + self._TAU**2 * b @ b)))
+                        for q, (c, b, s) in zip(weights, components)])
 
 
 # ---------------------------------------------------------------------------------
