@@ -219,6 +219,57 @@ def test_quantile_grid_is_numpys_quantiles_of_the_distinct_outcomes():
         make_grid("quantile", np.array([[0.0], [1.0], [2.0], [1.0]]), 4, seed=0)
 
 
+def test_blend_grid_is_a_regular_grid_joined_with_interior_quantiles():
+    """grid="blend": ceil(M/2) points from min(Y) to max(Y) and the M//2 interior quantiles j/(M//2 + 1) of the
+    distinct outcomes, sorted; so a spike of outcomes gets points of its own while the tails keep a regular step."""
+    from ccme.estimators.neural_kernel import make_grid
+
+    rng = np.random.default_rng(5)
+    Y = np.concatenate([rng.normal(0.0, 0.05, 300), rng.lognormal(1.0, 0.8, 200)])[:, None]   # a spike, a tail
+    for M in (7, 8):
+        grid = make_grid("blend", Y, M, seed=0)[:, 0]
+        distinct = np.unique(Y[:, 0])
+        twin = np.sort(np.r_[np.linspace(Y.min(), Y.max(), M - M // 2),
+                             [np.quantile(distinct, j / (M // 2 + 1)) for j in range(1, M // 2 + 1)]])
+        np.testing.assert_allclose(grid, twin)
+        assert len(grid) == M and np.all(np.diff(grid) > 0)
+        step = (Y.max() - Y.min()) / (M - M // 2 - 1)
+        assert np.sum(np.abs(grid) < 0.2) >= M // 4 and np.max(np.diff(grid)) <= step + 1e-12
+    with pytest.raises(ccme.ParameterError, match="one-dimensional outcome"):
+        make_grid("blend", np.column_stack([Y, Y]), 8, seed=0)
+
+
+def test_auto_grid_is_regular_unless_a_regular_cell_holds_a_spike(monkeypatch):
+    """grid="auto" (one outcome): the regular grid, unless the densest of its M − 1 cells holds outcomes whose
+    standard deviation is under width / SPIKE_RATIO (evenly spread ones have width / √12); then "blend".  The
+    statistic against a plain numpy twin, and the rule on a bulk, a bulk with a point mass, a bulk with a narrow
+    spike, and a discrete outcome with fewer distinct values than M (always regular)."""
+    from ccme.estimators import neural_kernel as nk
+
+    rng = np.random.default_rng(6)
+    bulk = rng.normal(5.0, 2.0, 700)
+    spike = np.r_[bulk, rng.normal(0.0, 0.02, 300)]
+
+    def twin(y, M):      # the cell's width over its outcomes' standard deviation, by np.histogram's cells
+        counts, edges = np.histogram(y, bins=M - 1)
+        k = np.argmax(counts)
+        inside = y[(y >= edges[k]) & ((y < edges[k + 1]) | (k == M - 2))]
+        return (edges[1] - edges[0]) / inside.std()
+
+    for y, resolved in ((bulk, True), (np.r_[bulk, np.zeros(300)], False), (spike, False)):
+        assert (twin(y, 20) <= nk.SPIKE_RATIO) == resolved
+        assert nk.regular_grid_resolves(y[:, None], 20) == resolved
+        assert nk.auto_grid_rule(y[:, None], 20) == ("regular" if resolved else "blend")
+        np.testing.assert_array_equal(nk.make_grid("auto", y[:, None], 20, seed=0),
+                                      nk.make_grid("regular" if resolved else "blend", y[:, None], 20, seed=0))
+    assert 3.0 < twin(bulk, 20) < 4.0 and twin(spike, 20) > 10       # √12 = 3.46 for an even spread
+    counts = np.repeat(np.arange(6.0), 50)[:, None]                    # 6 distinct values < M
+    assert nk.regular_grid_resolves(counts, 20) and nk.auto_grid_rule(counts, 20) == "regular"
+    assert nk.auto_grid_rule(np.column_stack([bulk, bulk]), 20) == "kmeans"
+    monkeypatch.setattr(nk, "AUTO_GRID_1D", "quantile")
+    assert nk.auto_grid_rule(spike[:, None], 20) == "quantile"
+
+
 def test_without_torch_neural_methods_say_how_to_install(data, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)   # makes `import torch` raise ImportError
     for method in ("deep_feature", "neural_kernel"):

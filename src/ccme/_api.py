@@ -281,8 +281,8 @@ def fit(
         "cpu", "cuda"), ``dtype`` ("float64", "float32"), ``progress``
         (tqdm bar), ``y_kernel``/``y_bandwidth``; Deep Feature also
         ``lam``/``lam0``/``lam1``/``lam1_plugin`` (ΨᵀΨ + nλI) and ``lam_scaling`` ("n" or
-        "none"); Neural-Kernel ``grid`` ("auto", "regular", "kmeans",
-        "random" or an array of points).  With them ``n_threads`` sets
+        "none"); Neural-Kernel ``grid`` ("auto", "regular", "quantile",
+        "blend", "kmeans", "random" or an array of points).  With them ``n_threads`` sets
         torch's threads during training (0: one).
     client : dask.distributed.Client or None, default None
         Run the fit on a Dask cluster (``pip install "ccme[dask]"``;

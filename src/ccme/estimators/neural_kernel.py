@@ -26,9 +26,12 @@ networks' weights decay by default (``weight_decay``, decoupled; the paper's
 Grid (``grid=``): ``"regular"`` M points from min(Y) to max(Y) (d_y = 1, as
 the paper); ``"quantile"`` the j/(M − 1) quantiles (j = 0..M − 1) of the
 outcome's distinct values, from min(Y) to max(Y) and denser where the
-outcomes are (d_y = 1); ``"kmeans"`` the k-means centres of the outcomes (scikit-learn,
+outcomes are (d_y = 1); ``"blend"`` ceil(M/2) regular points and the M//2
+interior quantiles, a spike of outcomes resolved without leaving gaps in the
+tails (d_y = 1); ``"kmeans"`` the k-means centres of the outcomes (scikit-learn,
 seeded); ``"random"`` M distinct observed outcomes drawn with the fit's seed;
-``"auto"`` (default) is "regular" for d_y = 1 and "kmeans" otherwise; or an
+``"auto"`` (default) is "kmeans" for d_y > 1 and, for d_y = 1, "regular" unless
+those points miss a spike of outcomes, then "blend" (:data:`AUTO_GRID_1D`); or an
 array (M, d_y) of points, whose length then sets M.  All outcomes (both arms)
 are used, so both arms share the grid.
 """
@@ -85,16 +88,74 @@ NEURAL_KERNEL_DEFAULTS = {
 }
 
 
-#: The rule ``grid="auto"`` uses for a one-dimensional outcome ("regular", the paper's, or "kmeans").
-#: "kmeans" was measured and rejected (``benchmarks/tuning_rule.py --setting
-#: ccme.estimators.neural_kernel.AUTO_GRID_1D=regular,kmeans --config neural_kernel --seeds 1,2 --n 1000``,
-#: ``benchmarks/results/nk_auto_grid_*``): ISE ratio 0.94 on the zoo's choose cases (better on 9 of 14
-#: case-arms, worse on 5), 0.98 on its report cases (better on 11 of 22, worse on 7; linear_v1's control arm 2.0).
-#: "quantile" likewise (``--setting ccme.estimators.neural_kernel.AUTO_GRID_1D=regular,quantile ... --stem
-#: nk_quantile_grid``, at the three repetitions of the cross-fit): 0.951 on "choose" (10 of 14 better, 4 worse),
-#: 1.044 on "report" (10 of 24 better, 12 worse: nhefs_education's treated arm 2.8, categorical_v's 1.53, while
-#: nsw_race's skewed earnings gain, 0.82 / 0.60).
-AUTO_GRID_1D = "regular"
+#: The rule ``grid="auto"`` uses for a one-dimensional outcome: "adaptive" is "regular" (the paper's) where M
+#: regular points resolve the outcomes and "blend" where they do not (:func:`regular_grid_resolves`); or one rule
+#: always ("regular", "blend", "quantile", "kmeans").  Always "kmeans" was measured and rejected
+#: (``benchmarks/tuning_rule.py --setting ccme.estimators.neural_kernel.AUTO_GRID_1D=regular,kmeans --config
+#: neural_kernel --seeds 1,2 --n 1000``, ``benchmarks/results/nk_auto_grid_*``): ISE ratio 0.94 on the zoo's choose
+#: cases (better on 9 of 14 case-arms, worse on 5), 0.98 on its report cases (better on 11 of 22, worse on 7;
+#: linear_v1's control arm 2.0).  Always "quantile" likewise (``--stem nk_quantile_grid``, at the three repetitions
+#: of the cross-fit): 0.951 on "choose" (10 of 14 better, 4 worse), 1.044 on "report" (10 of 24 better, 12 worse:
+#: nhefs_education's treated arm 2.8, categorical_v's 1.53, while nsw_race's skewed earnings gain, 0.82 / 0.60).
+#: Always "blend" (``--stem nk_blend_grid``, seeds 1-2): at M = 20, 1.008 on the first seven choose cases and
+#: 1.014 on "report"; at M = 40, 1.025 and 0.931 for 10% more time; on a spike of outcomes (spike_tail, nsw_race)
+#: 0.37-0.48 at either M.
+AUTO_GRID_1D = "adaptive"
+
+#: :func:`regular_grid_resolves` says no where the densest regular cell is more than this many standard deviations
+#: of its outcomes wide.  Outcomes spread evenly over a cell of width w have standard deviation w/√12 (w/sd = 3.46);
+#: at M = 20 the zoo's cases without a spike have 3.2-3.9 at n = 1000 (seeds 1-3), and the two with one 5.5-9.3
+#: (spike_tail 6.3-9.3, nsw_race 5.5-6.2), so any value between 3.9 and 5.5 separates them; 5 (the spread 0.69 of an
+#: even one's) is about the geometric middle of the choose cases' 3.9 and spike_tail's 6.3.
+SPIKE_RATIO = 5.0
+
+
+def regular_grid_resolves(Y: np.ndarray, M: int) -> bool:
+    """Whether M regular points from min(Y) to max(Y) resolve the outcomes (for ``grid="auto"``).
+
+    They do unless the densest of the M − 1 cells holds outcomes much
+    narrower than the cell: a spike (zero earnings, a point mass) that every
+    grid point would miss by up to half a step, and that the read-out then
+    smears over a step.  The test: width / standard deviation of the cell's
+    outcomes at most :data:`SPIKE_RATIO` (√12 ≈ 3.46 for outcomes spread
+    evenly over it).  With fewer than M distinct outcomes no other rule
+    applies, and the answer is yes.
+
+    Parameters
+    ----------
+    Y : ndarray, shape (n, 1)
+    M : int
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> bulk = rng.normal(5.0, 2.0, 600)
+    >>> regular_grid_resolves(bulk[:, None], 20)
+    True
+    >>> regular_grid_resolves(np.r_[bulk, np.zeros(400)][:, None], 20)
+    False
+    """
+    y = Y[:, 0]
+    if M < 3 or len(np.unique(y)) < M:
+        return True
+    width = (y.max() - y.min()) / (M - 1)
+    cell = np.minimum(((y - y.min()) / width).astype(int), M - 2)
+    densest = y[cell == np.argmax(np.bincount(cell, minlength=M - 1))]
+    return bool(width <= SPIKE_RATIO * densest.std())
+
+
+def auto_grid_rule(Y: np.ndarray, M: int) -> str:
+    """The rule ``grid="auto"`` applies to these outcomes at M points (see :data:`AUTO_GRID_1D`)."""
+    if Y.shape[1] != 1:
+        return "kmeans"
+    if AUTO_GRID_1D == "adaptive":
+        return "regular" if regular_grid_resolves(Y, M) else "blend"
+    return AUTO_GRID_1D
+
 
 #: Whether the doubly robust second stage is split (:func:`build_neural_kernel_arm`): f = f_p + f_c, the plug-in
 #: part μ̂₀(X) and the correction ω(φ(Y) − μ̂₀(X)) on networks of their own, as the ridge's and Deep Feature's are
@@ -117,14 +178,21 @@ def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
                                  f"{np.shape(rule)}")
         return np.ascontiguousarray(grid)
     if rule == "auto":
-        rule = AUTO_GRID_1D if d == 1 else "kmeans"
-    if rule in ("regular", "quantile") and d != 1:
+        rule = auto_grid_rule(Y, M)
+    if rule in ("regular", "quantile", "blend") and d != 1:
         raise ParameterError(f"`grid={rule!r}` needs a one-dimensional outcome; use 'kmeans', 'random' or an array")
     if rule == "regular":
         return np.linspace(Y.min(), Y.max(), M)[:, None]
     unique = np.unique(Y, axis=0)
     if len(unique) < M:
         raise ParameterError(f"`M` = {M} grid points but the outcome takes only {len(unique)} distinct values")
+    if rule == "blend":
+        # ceil(M/2) regular points, which keep the tails resolved, and M//2 interior quantiles of the distinct
+        # values, which resolve where the outcomes crowd (a spike, a narrow mode).  A quantile that falls on a
+        # regular point (a discrete outcome) repeats it, which the loss, never inverting K_M, takes in its stride.
+        regular = np.linspace(Y.min(), Y.max(), M - M // 2)
+        quantiles = np.quantile(unique[:, 0], np.linspace(0.0, 1.0, M // 2 + 2)[1:-1])
+        return np.sort(np.r_[regular, quantiles])[:, None]
     if rule == "quantile":
         # Of the distinct values, so that a point mass (e.g. zero earnings) takes one grid point, not many; from
         # the smallest to the largest, as the regular grid.
@@ -138,6 +206,16 @@ def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
         centres = KMeans(n_clusters=M, n_init=4, random_state=seed).fit(Y).cluster_centers_
         return np.ascontiguousarray(centres[np.lexsort(centres.T[::-1])])
     raise ParameterError(f"`grid` must be 'auto', 'regular', 'quantile', 'kmeans', 'random' or an array; got {rule!r}")
+
+
+def _grid_label(prepared, Y) -> str:
+    """The grid's rule for the summary; for "auto", the rule it applied and, where not regular, why."""
+    rule = prepared["grid_rule"]
+    if rule != "auto":
+        return rule
+    chosen = auto_grid_rule(Y, prepared["M"])
+    why = {"blend": ", regular points miss a spike of outcomes", "kmeans": ", a multivariate outcome"}
+    return f"auto: {chosen}{why.get(chosen, '') if AUTO_GRID_1D == 'adaptive' else ''}"
 
 
 def nk_loss(F, T, c, K_M):
@@ -339,6 +417,6 @@ class NeuralKernelEstimator(NeuralEstimator):
                 else f"in {grid.shape[1]} dimensions")
         return [
             ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
-            ("Grid", [("Points", f"M = {prepared['M']} ({prepared['grid_rule']}), {span}")]),
+            ("Grid", [("Points", f"M = {prepared['M']} ({_grid_label(prepared, design.Y)}), {span}")]),
             ("Training", describe_training(prepared["training"]) + training_rows(embeddings)),
         ]
