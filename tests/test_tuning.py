@@ -1,6 +1,7 @@
 """Automatic tuning: the compiled LOO path against twins and brute-force refits; tune= behaviour."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import ccme
@@ -607,3 +608,56 @@ def test_subsampled_tuning_is_bounded_deterministic_and_thread_invariant(monkeyp
     grid = fits[0].default_grid(50)
     for arm in (1, 0):
         assert fits[0].density(grid, arm=arm).tobytes() == fits[1].density(grid, arm=arm).tobytes()
+
+
+def test_readout_grid_grows_below_its_smallest_factor_where_that_is_chosen():
+    """:func:`ccme.tuning._extending_downwards` against the rule by hand: while an arm's choice is the grid's smallest
+    factor, the default grid gains two factors below it at its own step (0.25 / 1.4², 0.25 / 1.4, ...), at most
+    Y_BANDWIDTH_EXTENSIONS times; a user's grid, or a choice inside the grid, is left alone."""
+    from types import SimpleNamespace
+
+    from ccme import tuning
+
+    def criterion_near(target, grids_seen):
+        def choose(factors):
+            factors = np.asarray(factors, dtype=float)
+            grids_seen.append(factors)
+            best = factors[np.argmin(np.abs(np.log(factors / target)))]
+            return None, [SimpleNamespace(values=2.0 * factors, chosen=2.0 * best)]
+        return choose
+
+    default = tuning.Y_BANDWIDTH_FACTORS
+    seen = []
+    _, (curve,) = tuning._extending_downwards(criterion_near(0.1, seen), default)
+    step = default[1] / default[0]
+    once = np.r_[default[0] / step**2, default[0] / step, default]
+    twice = np.r_[once[0] / step**2, once[0] / step, once]
+    assert len(seen) == 1 + tuning.Y_BANDWIDTH_EXTENSIONS == 3
+    np.testing.assert_allclose(seen[1], once)
+    np.testing.assert_allclose(seen[2], twice)
+    assert curve.chosen == pytest.approx(2.0 * 0.25 / step**3)          # 0.091, the factor nearest 0.1
+    for target, user_grid in ((1.0, default), (0.1, list(default)), (0.1, [0.25, 0.5, 1.0])):
+        seen = []
+        tuning._extending_downwards(criterion_near(target, seen), user_grid)
+        assert len(seen) == 1
+
+
+def test_fit_on_a_spike_of_outcomes_reads_out_below_the_default_grid():
+    """Half the outcomes in a spike 0.02 wide: the read-out criterion picks the default grid's smallest factor, so
+    the fit searches below it; the curve keeps the default factors at its top (ridge's proxy path)."""
+    from ccme import tuning
+
+    rng = np.random.default_rng(8)
+    n = 600
+    x = rng.normal(size=(n, 2))
+    spike = rng.random(n) < 0.5
+    y = np.where(spike, rng.normal(0.0, 0.02, n), 5.0 + x[:, 0] + 3.0 * rng.normal(size=n))
+    data = pd.DataFrame({"y": y, "a": rng.binomial(1, 0.5, n), "x1": x[:, 0], "x2": x[:, 1]})
+    res = ccme.fit("y ~ a | x1 | x2", data, seed=1)
+    curves = [c for c in res.tuning.curves if c.parameter == "y_bandwidth"]
+    assert len(curves) == 2
+    for c in curves:
+        rule = c.values[-1] / tuning.Y_BANDWIDTH_FACTORS[-1]
+        assert len(c.values) > len(tuning.Y_BANDWIDTH_FACTORS)
+        np.testing.assert_allclose(c.values[-7:] / rule, tuning.Y_BANDWIDTH_FACTORS)
+        assert c.chosen < tuning.Y_BANDWIDTH_FACTORS[0] * rule

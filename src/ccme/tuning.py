@@ -157,6 +157,13 @@ __all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_ou
 LAMBDA_GRID = tuple(np.logspace(-4, 0, 9))
 #: Default factors of Silverman's outcome bandwidth.
 Y_BANDWIDTH_FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
+#: Times the default read-out grid grows by two factors (its own step, ×1/√2) below its smallest where an arm's
+#: criterion picks that smallest (:func:`_extending_downwards`), as the λ₀ grid does (:data:`_EXTENSIONS`).  A spike
+#: of outcomes (zero earnings) wants a bandwidth far below Silverman's, which the whole law's spread sets: on the
+#: zoo's ``spike_tail`` (n = 2000) the criterion picks 0.044-0.088 of it.  A grid reaching 0.0625 always gave 0.857
+#: on "choose" (0.34 / 0.25 on ``spike_tail``, every other case-arm unchanged) for 43% more fitting time
+#: (``benchmarks/results/y_factors_lower_choose.txt``); extending only where the edge is hit costs time only there.
+Y_BANDWIDTH_EXTENSIONS = 2
 #: How the read-out bandwidth is taken from its weighted ISE-CV curve: ``"min"`` (the minimiser), ``"one_se"``
 #: (the widest factor within one standard error of the minimum, :func:`_one_se_choice`) or ``"one_se_step"`` (one
 #: grid step wider at most).  "min" kept: with 300 held units per fold and arm "one_se_step" gave 0.921 on the zoo's
@@ -1109,13 +1116,16 @@ def _tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0, 
     if "y_bandwidth" in grids and _proxy_readout(mode, design, prepared) and sw is None:
         readout_started = time.perf_counter()
         ise = plugin and "lam1" in grids and DR_CORRECTION_CRITERION in ("ise", "aise")
-        chosen, curves, prepared["lam1"] = _readout_proxy(
-            mode=mode, design=design, Xo=Xo, folds=folds, scores=scores, kernels=prepared["kernels"],
-            lam0=prepared["lam0"], lam1=prepared["lam1"], factors=grids["y_bandwidth"], seed=seed,
-            n_threads=n_threads, weighted=_readout_weighted(mode), lam1_plugin=prepared.get("lam1_plugin"),
-            lam1_factors=DR_CORRECTION_FACTORS if ise else None,
-            augmented=(ise and DR_CORRECTION_CRITERION == "aise") or (READOUT_AUGMENTED and mode == "dr"),
-            fold_outcomes=data.fold_outcomes)
+        lam1_before = prepared["lam1"]
+        chosen, curves, prepared["lam1"] = _extending_downwards(
+            lambda factors: _readout_proxy(
+                mode=mode, design=design, Xo=Xo, folds=folds, scores=scores, kernels=prepared["kernels"],
+                lam0=prepared["lam0"], lam1=lam1_before, factors=factors, seed=seed,
+                n_threads=n_threads, weighted=_readout_weighted(mode), lam1_plugin=prepared.get("lam1_plugin"),
+                lam1_factors=DR_CORRECTION_FACTORS if ise else None,
+                augmented=(ise and DR_CORRECTION_CRITERION == "aise") or (READOUT_AUGMENTED and mode == "dr"),
+                fold_outcomes=data.fold_outcomes),
+            grids["y_bandwidth"])
         if ise:
             report.chosen["lam1"] = dict(prepared["lam1"])
             report.notes.append(f"the correction's penalty: {'augmented' if DR_CORRECTION_CRITERION == 'aise' else 'weighted'} "
@@ -2158,6 +2168,28 @@ def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, ar
     return kernel, curve
 
 
+def _extending_downwards(choose, factors):
+    """``choose(factors)``, rerun on a grid grown below while an arm's choice is the grid's smallest factor.
+
+    ``choose`` returns a tuple whose second item is the read-out curves
+    (:func:`tune_outcome_bandwidth`, :func:`_readout_proxy`).  Only the default
+    grid grows (a user's grid is kept as given), by two factors at a time at
+    its own step, at most :data:`Y_BANDWIDTH_EXTENSIONS` times; each rerun
+    scores the same held-out units.
+    """
+    result = choose(factors)
+    if factors is not Y_BANDWIDTH_FACTORS:
+        return result
+    factors = np.asarray(factors, dtype=np.float64)
+    for _ in range(Y_BANDWIDTH_EXTENSIONS):
+        if not any(c.chosen <= c.values[0] for c in result[1]):
+            break
+        step = factors[1] / factors[0]
+        factors = np.r_[factors[0] / step**2, factors[0] / step, factors]
+        result = choose(factors)
+    return result
+
+
 def _largest_local_minimum(total: np.ndarray) -> int:
     """The largest factor at which the criterion is a local minimum over the grid (factors in increasing order).
 
@@ -2269,12 +2301,13 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
     if report.pending_readout is not None:  # chosen by tune_ridge on the fit's Nyström proxy
         (chosen, curves), report.pending_readout = report.pending_readout, None
     else:
-        chosen, curves = tune_outcome_bandwidth(
-            embeddings=embeddings, design=data.design, folds=folds, scores=data.scores,
-            base=embeddings[data.design.arms[0]].y_kernel,
-            factors=grids["y_bandwidth"], seed=seed, n_threads=data.n_threads, weighted=_readout_weighted(data.mode),
-            sampling_weights=getattr(data, "sampling_weights", None),
-        )
+        chosen, curves = _extending_downwards(
+            lambda factors: tune_outcome_bandwidth(
+                embeddings=embeddings, design=data.design, folds=folds, scores=data.scores,
+                base=embeddings[data.design.arms[0]].y_kernel, factors=factors, seed=seed,
+                n_threads=data.n_threads, weighted=_readout_weighted(data.mode),
+                sampling_weights=getattr(data, "sampling_weights", None)),
+            grids["y_bandwidth"])
     report.curves.extend(curves)
     report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
     note_edges(report, data.design.treatment)
