@@ -10,6 +10,16 @@ show which way the selector errs.  A bivariate outcome's σ_y is not tuned;
 its case is skipped.
 
     python benchmarks/accuracy/readout_gap.py --split report --seeds 1,2,3
+
+``--adaptive`` adds a read-out ccme does not have, to size what it would
+gain: sample-point adaptive bandwidths (Abramson 1982; Silverman 1986,
+§5.3.1), each atom y_k read out with its own h_k = σ_y (f̃(y_k) / g)^(-1/2),
+f̃ the Gaussian kernel density of the atoms (all folds, unweighted) at σ_y
+and g its geometric mean over the atoms, so that an atom where outcomes
+crowd (a spike) gets a narrow kernel and one in a tail a wide one.  Printed:
+its error at the fit's σ_y (no new selection) and the smallest over the same
+factors, both from the same weights (numpy; a located fit's atoms shifted
+by m̂(v) per V-point).
 """
 
 from __future__ import annotations
@@ -31,15 +41,40 @@ from benchmarks.accuracy.zoo import CASES, case_names  # noqa: E402
 
 
 def arm_errors(res, problem, arm: int):
-    """(chosen factor, ISE at it, ISE per factor of the curve's grid), the factors of the rule's bandwidth."""
+    """(factors of the curve's grid, chosen index, ISE per factor): factors of the rule's bandwidth, the grid as the
+    fit searched it (the default grows below its smallest factor where that was chosen; its top is fixed)."""
     curve = next(c for c in res.tuning.curves if c.parameter == "y_bandwidth" and c.arm == arm)
     embedding = res.embedding(arm)
     errors = np.array([np.mean(ise(embedding.with_readout(Kernel(embedding.y_kernel.name, (float(h),)))
                                    .density(problem.grid.points, v=problem.v), problem.truth[arm], problem.grid))
                        for h in curve.values])
-    rule = curve.values / np.asarray(ccme.tuning.Y_BANDWIDTH_FACTORS)
-    chosen = int(np.flatnonzero(np.isclose(curve.values, curve.chosen))[0])
-    return float(curve.chosen / rule[0]), float(errors[chosen]), errors
+    factors = curve.values / (curve.values[-1] / ccme.tuning.Y_BANDWIDTH_FACTORS[-1])
+    return factors, int(np.flatnonzero(np.isclose(curve.values, curve.chosen))[0]), errors
+
+
+def adaptive_density(embedding, points: np.ndarray, v, h: float) -> np.ndarray:
+    """The density read out with Abramson's per-atom bandwidths at σ_y = h (see the module docstring), clipped at
+    zero and rescaled to unit mass on ``points`` as :meth:`ccme.Embedding.density` does."""
+    atoms, W = embedding.weights(v=v)
+    a = atoms[:, 0]
+    pilot = np.exp(-0.5 * ((a[:, None] - a[None, :]) / h) ** 2).mean(axis=1) / (np.sqrt(2 * np.pi) * h)
+    hk = h * (pilot / np.exp(np.mean(np.log(pilot)))) ** -0.5
+    shift = embedding.shift(v=v)[:, 0]
+    y = np.asarray(points, dtype=float).ravel()
+    out = np.empty((W.shape[1], len(y)))
+    for e in range(W.shape[1]):
+        z = (y[None, :] - shift[e] - a[:, None]) / hk[:, None]
+        out[e] = W[:, e] @ (np.exp(-0.5 * z**2) / (np.sqrt(2 * np.pi) * hk[:, None]))
+    out = np.maximum(out, 0.0)
+    return out / np.trapezoid(out, y, axis=1)[:, None]
+
+
+def adaptive_errors(res, problem, arm: int) -> np.ndarray:
+    """ISE of the adaptive read-out at each bandwidth of the fit's σ_y curve."""
+    curve = next(c for c in res.tuning.curves if c.parameter == "y_bandwidth" and c.arm == arm)
+    embedding = res.embedding(arm)
+    return np.array([np.mean(ise(adaptive_density(embedding, problem.grid.points, problem.v, float(h)),
+                                 problem.truth[arm], problem.grid)) for h in curve.values])
 
 
 def main(argv=None) -> int:
@@ -47,32 +82,48 @@ def main(argv=None) -> int:
     parser.add_argument("--split", default="report", choices=("choose", "report", "all"))
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--eval-points", type=int, default=150)
+    parser.add_argument("--n", type=int, default=None, help="cap every case's n (default: each case's own)")
+    parser.add_argument("--method", default="ridge", help="the estimator (default ridge)")
+    parser.add_argument("--adaptive", action="store_true", help="add Abramson's adaptive read-out (see above)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    factors = np.asarray(ccme.tuning.Y_BANDWIDTH_FACTORS)
     print(f"split {args.split}, seeds {seeds}; per arm: the chosen factor of the rule's sigma_y and the best on the "
-          f"truth (over {[float(f) for f in factors]}), mean ISE at each, ratio chosen / best")
-    ratios = []
+          f"truth (over {list(ccme.tuning.Y_BANDWIDTH_FACTORS)}, grown below where the fit grew it), mean ISE at "
+          f"each, ratio chosen / best")
+    ratios, gains = [], []
     for name in case_names(args.split):
         case = CASES[name]
         for seed in seeds:
-            problem = Problem(case, getattr(case, "n", None), seed, args.eval_points)
+            n = getattr(case, "n", None)
+            problem = Problem(case, n if args.n is None or n is None else min(n, args.n), seed, args.eval_points)
             if problem.grid.dim != 1:
                 break
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                res = ccme.fit(problem.formula, problem.data, seed=seed)
+                res = ccme.fit(problem.formula, problem.data, seed=seed, method=args.method)
             line = []
             for arm in (1, 0):
-                chosen, at_chosen, errors = arm_errors(res, problem, arm)
+                factors, chosen, errors = arm_errors(res, problem, arm)
+                at_chosen = errors[chosen]
                 assert np.isclose(at_chosen, problem.score(res)[arm], rtol=1e-6), "the read-out differs from the fit's"
                 best = int(np.argmin(errors))
                 ratios.append(at_chosen / errors[best])
-                line.append(f"arm {arm}: chosen {chosen:4.2f} best {factors[best]:4.2f} "
+                line.append(f"arm {arm}: chosen {factors[chosen]:4.2f} best {factors[best]:4.2f} "
                             f"ISE {at_chosen:.5f} / {errors[best]:.5f} = {at_chosen / errors[best]:5.2f}")
+                if args.adaptive:
+                    adaptive = adaptive_errors(res, problem, arm)
+                    at = adaptive[chosen]
+                    gains.append((at / at_chosen, adaptive.min() / errors[best]))
+                    line[-1] += (f" | adaptive {at:.5f} ({at / at_chosen:4.2f}), best {adaptive.min():.5f} "
+                                 f"({adaptive.min() / errors[best]:4.2f})")
             print(f"  {name:16s} seed {seed}  " + "   ".join(line), flush=True)
     print(f"geometric mean of chosen / best over {len(ratios)} case-arm-seeds: {np.exp(np.mean(np.log(ratios))):.3f}; "
           f"largest {max(ratios):.2f}")
+    if gains:
+        g = np.log(np.array(gains))
+        print(f"adaptive read-out against the fixed one, geometric means over case-arm-seeds: at the chosen sigma_y "
+              f"{np.exp(g[:, 0].mean()):.3f} (better in {int(np.sum(g[:, 0] < np.log(0.99)))}, worse in "
+              f"{int(np.sum(g[:, 0] > np.log(1.01)))} of {len(g)}); each at its best factor {np.exp(g[:, 1].mean()):.3f}")
     return 0
 
 
