@@ -661,3 +661,8 @@ def test_fit_on_a_spike_of_outcomes_reads_out_below_the_default_grid():
         assert len(c.values) > len(tuning.Y_BANDWIDTH_FACTORS)
         np.testing.assert_allclose(c.values[-7:] / rule, tuning.Y_BANDWIDTH_FACTORS)
         assert c.chosen < tuning.Y_BANDWIDTH_FACTORS[0] * rule
+    # tune= with the default grid object grows it too; a copy of it is a user's grid, searched as given
+    for grid, grows in ((tuning.Y_BANDWIDTH_FACTORS, True), (list(tuning.Y_BANDWIDTH_FACTORS), False)):
+        res = ccme.fit("y ~ a | x1 | x2", data, seed=1, tune={"y_bandwidth": grid})
+        lengths = {len(c.values) for c in res.tuning.curves if c.parameter == "y_bandwidth"}
+        assert (min(lengths) > len(grid)) if grows else lengths == {len(grid)}

@@ -130,8 +130,10 @@ def _lambda_grid():
 
 
 def _y_factors():
+    """The package's own grid object, so that a fit given it tunes σ_y as its default does (the grid grows below
+    its smallest factor where that is chosen, which a copy of the grid, a user's grid, would not)."""
     tuning = importlib.import_module("ccme.tuning")
-    return [float(x) for x in getattr(tuning, "Y_BANDWIDTH_FACTORS", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0))]
+    return getattr(tuning, "Y_BANDWIDTH_FACTORS", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0))
 
 
 def torch_available() -> str | None:

@@ -463,6 +463,8 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
                 if np.any(arr != np.round(arr)):
                     raise ParameterError(f"`tune['M']` must be a non-empty list of positive integers; got {values!r}")
                 grids[key] = tuple(int(m) for m in np.unique(arr))
+            elif values is Y_BANDWIDTH_FACTORS:
+                grids[key] = values     # the default grid itself: it grows below as the default's does
             else:
                 grids[key] = tuple(np.unique(arr))
     else:
