@@ -363,7 +363,7 @@ def parse_args(argv=None):
     p.add_argument("--eval-points", type=int, default=None, help="V-points for a continuous V")
     p.add_argument("--out", default=None,
                    help="resumable CSV (default results/results.csv; --quick: results/quick.csv)")
-    p.add_argument("--report", default=None, help="also write the printed tables here (--quick: results/quick.txt)")
+    p.add_argument("--report", default=None, help="also write the printed tables here (--quick without --out: results/quick.txt)")
     p.add_argument("--hand-grid", default=None,
                    help='JSON replacing the oracle\'s grid, e.g. \'{"lam": ["loo", 0.001], "v_bandwidth": [0.5, 1], '
                         '"x_bandwidth": [1, "ard"], "propensity": ["default", "forest"]}\' (numbers are factors of the '
@@ -400,7 +400,9 @@ def main(argv=None) -> int:
     if args.hand_grid:
         hand_grid = {**hand_grid, **json.loads(args.hand_grid)}
     out = Path(args.out) if args.out else HERE / "results" / ("quick.csv" if args.quick else "results.csv")
-    report = Path(args.report) if args.report else (HERE / "results" / "quick.txt" if args.quick else None)
+    # The quick run's report goes with its CSV: a run writing elsewhere (--out) must not overwrite results/quick.txt.
+    report = Path(args.report) if args.report else (HERE / "results" / "quick.txt" if args.quick and not args.out
+                                                    else None)
     commit, dirty = git_commit()
     no_torch = torch_available()
 

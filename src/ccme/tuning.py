@@ -2163,7 +2163,7 @@ def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, ar
     else:
         best = _one_se_choice(terms, steps=Y_BANDWIDTH_RULE == "one_se_step")
     kernel = Kernel(base.name, tuple(base.bandwidth_array * factors[best]),
-                    f"{base.rule} x {factors[best]:g}, weighted ISE-CV")
+                    f"{base.rule} x {factors[best]:.3g}, weighted ISE-CV")
     curve = TuningCurve("y_bandwidth", base.bandwidth_array[0] * factors, total, "weighted ISE-CV",
                         base.bandwidth_array[0] * factors[best], arm, None,
                         held=(np.asarray(units, dtype=np.int64), terms[:, best].copy()))
