@@ -2177,7 +2177,10 @@ def _extending_downwards(choose, factors):
     (:func:`tune_outcome_bandwidth`, :func:`_readout_proxy`).  Only the default
     grid grows (a user's grid is kept as given), by two factors at a time at
     its own step, at most :data:`Y_BANDWIDTH_EXTENSIONS` times; each rerun
-    scores the same held-out units.
+    scores the same held-out units.  The whole criterion reruns, proxy fits
+    included, because the proxy bins its atoms at the smallest factor's
+    width; binning finer always would cost every fit the time that this
+    costs only the fits whose choice sits on the edge.
     """
     result = choose(factors)
     if factors is not Y_BANDWIDTH_FACTORS:

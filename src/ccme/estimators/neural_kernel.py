@@ -214,8 +214,8 @@ def _grid_label(prepared, Y) -> str:
     if rule != "auto":
         return rule
     chosen = auto_grid_rule(Y, prepared["M"])
-    why = {"blend": ", regular points miss a spike of outcomes", "kmeans": ", a multivariate outcome"}
-    return f"auto: {chosen}{why.get(chosen, '') if AUTO_GRID_1D == 'adaptive' else ''}"
+    spike = AUTO_GRID_1D == "adaptive" and chosen == "blend"
+    return f"auto: {chosen}" + (", regular points miss a spike of outcomes" if spike else "")
 
 
 def nk_loss(F, T, c, K_M):
