@@ -22,6 +22,8 @@ from ccme.estimators.training import stage_histories  # noqa: E402
 from ccme.tuning import DEEP_FEATURE_PLUGIN_GRID, NEURAL_LAMBDA_GRID  # noqa: E402
 
 SMALL = "y ~ a | x1 + x2 | x3 + x4"
+#: Only the inputs' relevance (ccme.estimators.input_relevance), as tune="auto" learns it first.
+RELEVANCE = {"x_bandwidth": "ard", "v_bandwidth": "ard"}
 QUICK = dict(epochs=(15, 10), patience=4, hidden=(8,), M=6, progress=False, seed=3, propensity="logistic")
 
 
@@ -66,9 +68,10 @@ def test_auto_chooses_the_argmin_of_each_recorded_curve(tuned):
 
 
 def test_tuned_fit_equals_the_untuned_fit_at_the_chosen_values(data, tuned):
-    """The first fold's networks kept from tuning are exactly those a fit with the chosen λ trains."""
+    """The first fold's networks kept from tuning are exactly those a fit with the chosen λ trains (its inputs
+    scaled by the same relevance search, which runs before the validation-loss tuning and does not depend on it)."""
     chosen = tuned.tuning.chosen
-    plain = _fit(data, tune="none", lam0=chosen["lam0"], lam1=chosen["lam1"], lam1_plugin=chosen["lam1_plugin"])
+    plain = _fit(data, tune=RELEVANCE, lam0=chosen["lam0"], lam1=chosen["lam1"], lam1_plugin=chosen["lam1_plugin"])
     V = tuned.design.V[:7]
     for arm in (1, 0):  # the weights: the tuned fit's read-out bandwidth is chosen too, the plain one's is the rule
         for got, want in zip(tuned.embeddings[arm].weights(v=V), plain.embeddings[arm].weights(v=V)):
@@ -82,7 +85,7 @@ def test_recorded_criterion_is_the_refit_validation_loss(data, tuned):
     assert min(stage_histories(part)[2].validation) == curve.criterion[np.argmin(curve.criterion)]
     other = int(np.argmax(curve.criterion))
     chosen = tuned.tuning.chosen
-    refit = _fit(data, tune="none", lam0=chosen["lam0"], lam1={1: float(curve.values[other]), 0: chosen["lam1"][0]})
+    refit = _fit(data, tune=RELEVANCE, lam0=chosen["lam0"], lam1={1: float(curve.values[other]), 0: chosen["lam1"][0]})
     assert min(stage_histories(refit.embeddings[1].parts[0])[2].validation) == pytest.approx(curve.criterion[other],
                                                                                        rel=1e-12)
 
@@ -160,8 +163,10 @@ def test_bad_grids_raise(data):
         _fit(data, tune={"lam": [-1.0]})
     with pytest.raises(ccme.ParameterError, match="either 'lam'"):
         _fit(data, tune={"lam": [0.1], "lam0": [0.1]})
-    with pytest.raises(ccme.ParameterError, match="unknown key"):
+    with pytest.raises(ccme.ParameterError, match="must be 'ard'"):
         _fit(data, tune={"x_bandwidth": [1.0]})
+    with pytest.raises(ccme.ParameterError, match="`standardize` is False"):
+        _fit(data, tune=RELEVANCE, standardize=False)
     with pytest.raises(ccme.ParameterError, match="unknown key"):
         _fit(data, method="neural_kernel", tune={"lam": [0.1]})
     with pytest.raises(ccme.ParameterError, match="user-given `grid`"):
@@ -172,8 +177,9 @@ def test_bad_grids_raise(data):
 
 def test_without_validation_split_auto_tunes_nothing(data):
     res = _fit(data, validation=0.0)
-    # Nothing by validation loss; the read-out bandwidth has its own criterion (weighted ISE-CV).
-    assert {c.parameter for c in res.tuning.curves} == {"y_bandwidth"}
+    # Nothing by validation loss; the read-out bandwidth has its own criterion (weighted ISE-CV), and the inputs'
+    # relevance the ridge's leave-one-out search.
+    assert {c.parameter for c in res.tuning.curves} == {"y_bandwidth", "x_bandwidth", "v_bandwidth"}
     assert any("validation" in note for note in res.tuning.notes)
     assert res.hyperparameters["lam1"] == {1: DEEP_FEATURE_DEFAULTS["lam1"], 0: DEEP_FEATURE_DEFAULTS["lam1"]}
     unscaled = _fit(data, lam_scaling="none")

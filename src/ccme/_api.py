@@ -238,16 +238,22 @@ def fit(
         the per-group search).  Hyperparameters
         set explicitly are never tuned.  The choices, criterion curves and
         time are kept in ``res.tuning``; ``res.plot_tuning()`` draws them.
-        Neural methods select by validation loss on the first fold (see
-        :mod:`ccme.estimators.neural_tuning`): "auto" keeps early stopping
-        (the epochs) and, for Deep Feature, chooses λ₀ and λ₁ over
+        Neural methods first learn their inputs' relevance: "auto" runs the
+        ridge's per-group X and V bandwidth search and feeds every network its
+        inputs in units of those bandwidths, a dropped covariate as 0
+        (:mod:`ccme.estimators.input_relevance`,
+        ``ccme.tuning.NEURAL_INPUT_RELEVANCE``; ``"x_bandwidth": "ard"``,
+        ``"v_bandwidth": "ard"`` in a dict).  They then select by validation
+        loss on the first fold (see :mod:`ccme.estimators.neural_tuning`):
+        "auto" keeps early stopping (the epochs) and, for Deep Feature,
+        chooses λ₀ and λ₁ over
         ``ccme.tuning.NEURAL_LAMBDA_GRID`` and, with ``mode="dr"``, λ₁ᵖ by
         leave-one-out in the learned features (its second stage split as
         the ridge's); it also chooses the outcome
         read-out bandwidth as for the ridge (d_y = 1,
         ``ccme.tuning.NEURAL_READOUT_SEARCH``); a dict may give ``"lam"``/
         ``"lam0"``/``"lam1"``/``"lam1_plugin"`` (Deep Feature), ``"M"`` and ``"y_bandwidth"``
-        (both) grids.
+        (both) grids, and ``"x_bandwidth"``/``"v_bandwidth"`` as ``"ard"`` (both).
     **hyperparameters
         Ridge: ``lam`` (both stages) or ``lam0``/``lam1`` (penalty λ in K + nλI,
         a number or a dict {1: .., 0: ..} per arm), ``lam1_plugin`` (doubly

@@ -205,9 +205,14 @@ DEEP_FEATURE_PLUGIN_SEARCH = True
 #: Its grid (ΨᵀΨ + nλI): fine, since the whole path costs one SVD of the n × M features, and reaching far
 #: below the λ₁ grid, since the plug-in targets carry no outcome noise.
 DEEP_FEATURE_PLUGIN_GRID = tuple(np.logspace(-8, 0, 33))
+#: Whether ``tune="auto"`` of the neural estimators scales their networks' inputs by the bandwidths the kernel
+#: ridge's per-group leave-one-out search learns (``x_bandwidth``/``v_bandwidth`` "ard";
+#: :mod:`ccme.estimators.input_relevance`).
+NEURAL_INPUT_RELEVANCE = True
 _TUNABLE_BY_METHOD = {"ridge": _TUNABLE,
-                      "deep_feature": ("lam0", "lam1", "lam1_plugin", "M", "weight_decay", "y_bandwidth"),
-                      "neural_kernel": ("M", "weight_decay", "y_bandwidth")}
+                      "deep_feature": ("lam0", "lam1", "lam1_plugin", "M", "weight_decay", "y_bandwidth",
+                                       "x_bandwidth", "v_bandwidth"),
+                      "neural_kernel": ("M", "weight_decay", "y_bandwidth", "x_bandwidth", "v_bandwidth")}
 _OUTCOME_TOL = 1e-8
 _MAX_RANK = 2000
 #: Held-out units per fold and arm in the σ_y criterion (a random subset beyond it).  1000, not 300: the
@@ -430,6 +435,8 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
                 grids["M"] = NEURAL_KERNEL_M_GRID  # a user's grid array sets M
             if NEURAL_WEIGHT_DECAY_SEARCH:
                 grids["weight_decay"] = NEURAL_WEIGHT_DECAY_GRID
+            if NEURAL_INPUT_RELEVANCE:
+                grids["x_bandwidth"] = grids["v_bandwidth"] = "ard"
         else:
             return {}
     elif isinstance(tune, dict):

@@ -55,6 +55,7 @@ from .training import (
     NeuralEstimator,
     Standardizer,
     describe_training,
+    input_scale,
     make_mlp,
     network_from_arrays,
     network_outputs,
@@ -290,15 +291,16 @@ def penalty_shift(lam: float, count: int, scaling: str) -> float:
 
 
 def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, stage, generator, label="",
-                    n_threads=0):
-    """Train ψ on inputs ``Z`` (n × d) against the pseudo-outcomes of ``gram`` (trace loss)."""
+                    n_threads=0, scale=None):
+    """Train ψ on inputs ``Z`` (n × d) against the pseudo-outcomes of ``gram`` (trace loss); ``scale``: the inputs'
+    per-column scales (:func:`ccme.estimators.training.input_scale`; None: their sd)."""
     torch = require_torch()
     device, dtype = torch_device(settings), torch_dtype(settings)
 
     def lam_eff(count):
         return penalty_shift(lam, count, scaling)
 
-    standardizer = Standardizer(Z, settings.standardize)
+    standardizer = Standardizer(Z, settings.standardize, scale)
     # The split first: it then does not depend on M, so tuning compares every M on the same held-out units.
     train, val = split_units(len(Z), settings, generator)
     net = make_mlp(Z.shape[1], settings.hidden, M, generator, dtype, device)
@@ -516,7 +518,8 @@ def first_stage_map(*, arm, Xo, Y, A, nuisance, prepared, seed, label="", n_thre
     gram0 = PseudoOutcomeGram(np.ones(len(rows0)), Y[rows0], prepared["kernels"]["y"])
     fmap0 = fit_feature_map(Xo[rows0], gram0, lam=prepared["lam0"][arm], scaling=prepared["lam_scaling"],
                             M=prepared["M"], settings=prepared["training"], stage=1,
-                            generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
+                            generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads,
+                            scale=input_scale(prepared, "x"))
     if cache is not None:
         cache[key] = fmap0
     return fmap0
@@ -539,7 +542,8 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
         rows = target[in_arm]
         gram = PseudoOutcomeGram(np.ones(len(rows)), Y[rows], kernel)
         fmap = fit_feature_map(V[rows], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
-                               stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads)
+                               stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads,
+                               scale=input_scale(prepared, "v"))
         return _assemble(fmap, {1: fmap.history}, np.ones(len(rows)), Y[rows], rows)
     a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
@@ -552,7 +556,8 @@ def build_deep_feature_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_t
     else:
         gram = PseudoOutcomeGram(a, Y[target], kernel)
     fmap = fit_feature_map(V[target], gram, lam=prepared["lam1"][arm], scaling=scaling, M=M, settings=settings,
-                           stage=2, generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
+                           stage=2, generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads,
+                           scale=input_scale(prepared, "v"))
     history[2] = fmap.history
     arm_est = _assemble(fmap, history, a, Y[target], target, first, b)
     lam_plugin = (prepared.get("lam1_plugin") or {}).get(arm)
@@ -714,7 +719,7 @@ class DeepFeatureEstimator(NeuralEstimator):
                 ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"], design.treatment)),
             ] + ([("lambda1, plug-in part", _per_arm_text(prepared["lam1_plugin"], design.treatment))]
                  if prepared.get("lam1_plugin") is not None else [])),
-            ("Training", describe_training(prepared["training"]) + training_rows(embeddings)),
+            ("Training", describe_training(prepared["training"], prepared.get("input_kernels")) + training_rows(embeddings)),
         ]
 
 

@@ -50,6 +50,7 @@ from .training import (
     NeuralEstimator,
     Standardizer,
     describe_training,
+    input_scale,
     make_mlp,
     network_outputs,
     network_to_arrays,
@@ -293,11 +294,12 @@ class NeuralKernelFoldArm(FactoredArm):
         return arm
 
 
-def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_threads=0):
-    """Train a network on ``Z`` minimising :func:`nk_loss` with per-unit targets ``T`` (n × M) and constants ``c``."""
+def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_threads=0, scale=None):
+    """Train a network on ``Z`` minimising :func:`nk_loss` with per-unit targets ``T`` (n × M) and constants ``c``;
+    ``scale``: the inputs' per-column scales (:func:`ccme.estimators.training.input_scale`; None: their sd)."""
     torch = require_torch()
     device, dtype = torch_device(settings), torch_dtype(settings)
-    standardizer = Standardizer(Z, settings.standardize)
+    standardizer = Standardizer(Z, settings.standardize, scale)
     # The split first: it then does not depend on M, so tuning compares every M on the same held-out units.
     train, val = split_units(len(Z), settings, generator)
     net = make_mlp(Z.shape[1], settings.hidden, K_M.shape[0], generator, dtype, device)
@@ -350,12 +352,13 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
     device, dtype = torch_device(settings), torch_dtype(settings)
     k0 = _kernel_at_zero(kernel)
     label = f"fold {fold_index + 1}, arm {arm}, "
+    x_scale, v_scale = input_scale(prepared, "x"), input_scale(prepared, "v")
     in_arm = A[target] == arm
     if mode == "onestep":
         rows = target[in_arm]
         net, std, hist = fit_grid_network(V[rows], _kernel_to_grid(Y[rows], grid, kernel), np.full(len(rows), k0),
                                           K_M, settings=settings, stage=1, generator=stage_generator(seed, arm, 1),
-                                          label=label, n_threads=n_threads)
+                                          label=label, n_threads=n_threads, scale=v_scale)
         return NeuralKernelFoldArm(grid, net, std, {1: hist}, dtype, device)
     a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
@@ -364,7 +367,7 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
         rows0 = nuisance[A[nuisance] == arm]
         net0, std0, history[1] = fit_grid_network(
             Xo[rows0], _kernel_to_grid(Y[rows0], grid, kernel), np.full(len(rows0), k0), K_M, settings=settings,
-            stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads,
+            stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads, scale=x_scale,
         )
         g0 = network_outputs(net0, std0, Xo[target], dtype, device)     # μ̂₀(X_1i) = Σ_j g0_ij φ(ỹ_j)
     k1 = _kernel_to_grid(Y[target], grid, kernel)
@@ -376,14 +379,16 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
         Tc, cc = pseudo_outcome_targets(a, b - 1.0, k1, g0, K_M, k0)
         net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
                                                 generator=stage_generator(seed, arm, 3), label=label,
-                                                n_threads=n_threads)
+                                                n_threads=n_threads, scale=v_scale)
         correction, _, history[3] = fit_grid_network(V[target], Tc, cc, K_M, settings=settings, stage=2,
                                                      generator=stage_generator(seed, arm, 2),
-                                                     label=label + "correction, ", n_threads=n_threads)
+                                                     label=label + "correction, ", n_threads=n_threads,
+                                                     scale=v_scale)
         return NeuralKernelFoldArm(grid, net, std, history, dtype, device, correction)
     T, c = pseudo_outcome_targets(a, b, k1, g0, K_M, k0)
     net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
-                                            generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads)
+                                            generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads,
+                                            scale=v_scale)
     return NeuralKernelFoldArm(grid, net, std, history, dtype, device)
 
 
@@ -418,5 +423,5 @@ class NeuralKernelEstimator(NeuralEstimator):
         return [
             ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
             ("Grid", [("Points", f"M = {prepared['M']} ({_grid_label(prepared, design.Y)}), {span}")]),
-            ("Training", describe_training(prepared["training"]) + training_rows(embeddings)),
+            ("Training", describe_training(prepared["training"], prepared.get("input_kernels")) + training_rows(embeddings)),
         ]

@@ -38,6 +38,7 @@ __all__ = [
     "resolve_training",
     "StageHistory",
     "make_mlp",
+    "input_scale",
     "train_stage",
     "stage_generator",
     "paper_options",
@@ -204,13 +205,22 @@ def stage_generator(seed: int, arm: int, stage: int):
 
 
 class Standardizer:
-    """Affine input map (x − mean) / sd fitted on the training units (identity when switched off)."""
+    """Affine input map (x − mean) / scale fitted on the training units (identity when switched off).
 
-    def __init__(self, Z: np.ndarray, enabled: bool):
+    The scale is each column's standard deviation, or the per-column
+    ``scale`` given: the bandwidths of an input kernel
+    (:mod:`ccme.estimators.input_relevance`), inf for a dropped column, which
+    then enters as 0.
+    """
+
+    def __init__(self, Z: np.ndarray, enabled: bool, scale=None):
         if enabled and len(Z) > 1:
             self.mean = Z.mean(axis=0)
-            sd = Z.std(axis=0)
-            self.sd = np.where(sd > 0, sd, 1.0)
+            if scale is not None:
+                self.sd = np.array(scale, dtype=np.float64)
+            else:
+                sd = Z.std(axis=0)
+                self.sd = np.where(sd > 0, sd, 1.0)
         else:
             self.mean = np.zeros(Z.shape[1])
             self.sd = np.ones(Z.shape[1])
@@ -414,8 +424,8 @@ def paper_options(method: str, n: int) -> dict:
     raise ParameterError(f"`method` must be 'deep_feature' or 'neural_kernel'; got {method!r}")
 
 
-def describe_training(settings: TrainingSettings) -> list:
-    """Summary rows for the training configuration."""
+def describe_training(settings: TrainingSettings, input_kernels=None) -> list:
+    """Summary rows for the training configuration (``input_kernels``: the learned input scales, by role)."""
     opt = "Adam" if settings.optimizer == "adam" else f"SGD, momentum {settings.momentum:g}"
     lr = settings.lr
     lr_text = f"{lr[0]:.3g}" if lr[0] == lr[1] else f"{lr[0]:.3g} (stage 1), {lr[1]:.3g} (stage 2)"
@@ -430,7 +440,8 @@ def describe_training(settings: TrainingSettings) -> list:
     )
     return [
         ("Network", f"{len(settings.hidden)} hidden layer(s) of {', '.join(map(str, settings.hidden))} ReLU units"
-                    + ("; inputs standardised" if settings.standardize else "")),
+                    + (f"; inputs in units of the learned bandwidths ({', '.join(r.upper() for r in input_kernels)})"
+                       if input_kernels else "; inputs standardised" if settings.standardize else "")),
         ("Optimizer", f"{opt}, learning rate {lr_text}"),
         ("Epochs", f"up to {settings.epochs[0]} (stage 1), {settings.epochs[1]} (stage 2); "
                    + ("full batch" if settings.batch_size is None else f"batches of {settings.batch_size}")),
@@ -493,14 +504,30 @@ class NeuralEstimator(Estimator):
         The first fold's arms, trained with the chosen values and that fold's
         seed, are returned as prebuilt: the cross-fitting keeps them.
         """
+        from .input_relevance import learn_input_relevance, relevance_grids
         from .neural_tuning import tune_neural
 
+        asked, grids = relevance_grids(grids)
+        found = None
+        if asked and not params["training"].standardize:
+            if not auto:
+                raise ParameterError("`tune` asks for the inputs' relevance, which scales the standardised inputs; "
+                                     "`standardize` is False")
+        elif asked:
+            # First, so that every network the tuning below trains already sees the learned input scales.
+            params, found = learn_input_relevance(params, data=data, folds=folds, asked=asked, seed=int(seeds[0]))
         fold = folds[0]
         chosen, report, arms = tune_neural(
             self, mode=data.mode, design=data.design, Xo=data.Xo, fold=fold,
             scores_target=data.scores[fold.target], prepared=params, grids=grids, seed=int(seeds[0]), auto=auto,
             n_threads=data.n_threads,
         )
+        if found is not None:
+            report.chosen = {**found.chosen, **report.chosen}
+            report.curves = found.curves + report.curves
+            report.relevance = found.relevance + report.relevance
+            report.notes = found.notes + report.notes
+            report.seconds += found.seconds
         prebuilt = {(fold.index, arm): est for arm, est in (arms or {}).items()}
         return Tuned(Parameters(chosen), report, prebuilt)
 
@@ -539,6 +566,13 @@ def pseudo_outcome_coefficients(mode: str, arm: int, A: np.ndarray, target: np.n
     """(a, b) of ξ_i = a_i φ(Y_i) + b_i μ̂₀(X_i) on the second-stage units, from :mod:`ccme.pseudo`."""
     pseudo = pseudo_outcome(mode, arm, A=A, target=target, scores_target=scores_target)
     return pseudo.a, pseudo.b
+
+
+def input_scale(prepared, role: str):
+    """The per-column scales of the networks on ``role``'s inputs ("x" or "v"): the bandwidths of the input kernel
+    learned for them (:mod:`ccme.estimators.input_relevance`), or None (standardised by the sd)."""
+    kernel = prepared.get("input_kernels", {}).get(role)
+    return None if kernel is None else kernel.bandwidth_array
 
 
 def network_outputs(net, standardizer: Standardizer, Z: np.ndarray, dtype, device) -> np.ndarray:
