@@ -122,3 +122,23 @@ def test_a_saved_fit_reproduces_its_estimates(data, fitted, tmp_path):
     new = data.iloc[:4]
     for arm in (1, 0):
         np.testing.assert_array_equal(loaded.density(y, newdata=new, arm=arm), fitted.density(y, newdata=new, arm=arm))
+
+
+def test_when_the_search_drops_all_of_v_the_estimate_ignores_v_and_the_summary_says_so():
+    """tests/test_ard.py's data (V = two noise columns, seed 1), where the ridge's V search drops both: the
+    networks on V then see zeros, so every V-point gets the same estimate, and the summary says why."""
+    rng = np.random.default_rng(1)
+    n = 800
+    frame = pd.DataFrame({"v1": rng.normal(size=n), "v2": rng.normal(size=n), "w": rng.normal(size=n),
+                          "a": rng.binomial(1, 0.5, n)})
+    frame["y"] = frame.a + frame.w + 0.5 * rng.normal(size=n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.CcmeWarning)
+        res = ccme.fit("y ~ a | v1 + v2 | w", frame, method="deep_feature",
+                       **{**QUICK, "propensity": np.full(n, 0.5), "seed": 1})
+    assert np.all(np.isinf(res.params["input_kernels"]["v"].bandwidth_array))
+    y = np.linspace(-2.0, 4.0, 7)
+    dens = res.density(y, newdata=frame.iloc[:3], arm=1)
+    np.testing.assert_allclose(dens, np.broadcast_to(dens[0], dens.shape), rtol=1e-12)
+    assert "every covariate of V was dropped" in str(res.summary(n_boot=0))
+    assert "tune without 'v_bandwidth'" in str(res.summary(n_boot=0))

@@ -129,14 +129,18 @@ class Summary:
             sections.append(("Tuning", tuple(_tuning_rows(res.tuning))))
         if res.tuning is not None and getattr(res.tuning, "relevance", None):
             relevance = list(res.tuning.relevance_rows())
-            v_kernel = res.kernels.get("v")
+            # A neural fit's V kernel is its networks' input scales (ccme.estimators.input_relevance).
+            inputs = res.params.get("input_kernels", {}).get("v")
+            v_kernel = res.kernels.get("v") or inputs
             if v_kernel is not None and np.all(np.isinf(v_kernel.bandwidth_array)):
                 # The search dropped all of V: the second stage is then a constant and the estimate does not vary
                 # with V, which a reader of the profile table would otherwise take for a finding.
+                local = ("tune without 'v_bandwidth' keeps the networks' V inputs" if inputs is not None
+                         else "v_bandwidth= (e.g. 'median') forces a local fit")
                 relevance.append(("Note", "every covariate of V was dropped (infinite bandwidths): the residual's "
                                           "law does not vary with V, only its location does" if res.location is not None
                                   else "every covariate of V was dropped (infinite bandwidths): the estimates do "
-                                       "not vary with V; v_bandwidth= (e.g. 'median') forces a local fit"))
+                                       f"not vary with V; {local}"))
             sections.append(("Covariate relevance (learned bandwidths)", tuple(relevance)))
         sections.append(("Propensity", tuple(prop_rows)))
         compared = ("Y1 vs Y0" if treatment.binary
