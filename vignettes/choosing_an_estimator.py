@@ -91,19 +91,25 @@ fig.tight_layout()
 # ## Reading the results
 #
 # On this simulation, with the defaults, the error of every estimator falls
-# with n.  Ridge (ISE 0.0100 at n = 500, 0.0033 at n = 4000) and Deep
-# Feature (0.0118 to 0.0028) are close: Deep Feature's error is 0.83 to 1.18
-# times ridge's, below it at n = 1000 and 4000 (its doubly robust second stage
-# is split as the ridge's, with the plug-in part's own penalty, and the neural
-# estimators average three repetitions of the cross-fit by default).
-# Neural-Kernel (0.0126 to 0.0025) is 1.26 times ridge's error at n = 500 and
-# 0.76 to 0.92 times it from n = 1000 on: its default weight decay and its
-# split doubly robust second stage (the plug-in part and the correction on
-# networks of their own) keep the networks' variance down, though the neural
-# estimators still add the randomness of initialisation and early stopping (the
-# paper's Section "Qualitative Assessment").  With its three repetitions and
-# three networks per arm it is slower than ridge at these sizes (about 3.5 to
-# 10 s against 1 to 4 s).
+# with n, and the neural estimators' faster.  Ridge goes from ISE 0.0100 at
+# n = 500 to 0.0033 at n = 4000, Deep Feature from 0.0101 to 0.0019 and
+# Neural-Kernel from 0.0109 to 0.0018: about ridge's error at n = 500 (1.01
+# and 1.09 times it), 0.67 and 0.84 times it at n = 1000 and 0.55–0.58 times
+# it at n = 4000.  Their networks see each covariate in units of the
+# bandwidth the ridge's leave-one-out search learned for it, so that the
+# covariates the search finds irrelevant no longer distract them (at n =
+# 2000, seed 1, it drops x8 and x9 and widens x2, x5 and x7 1.4–2 times)
+# (README, "Neural estimators"; before, Deep Feature was 0.83 to 1.18 times
+# ridge's error and Neural-Kernel 0.76 to 1.26 times it).  Deep Feature's
+# doubly robust second stage is split as the ridge's, with the plug-in part's
+# own penalty; Neural-Kernel's weight decay and split second stage (the
+# plug-in part and the correction on networks of their own) keep its
+# networks' variance down; both average three repetitions of the cross-fit,
+# though they still add the randomness of initialisation and early stopping
+# (the paper's Section "Qualitative Assessment").  They are slower than
+# ridge at these sizes (Neural-Kernel about 4 to 13 s, Deep Feature 6 to 21 s,
+# against 1 to 3 s): the relevance search is the ridge's tuning, and the
+# training comes on top.
 # Ridge's time at these sizes (a few seconds on this 2-core machine) is mostly
 # its automatic tuning and grows slowly; its cost grows like n³ eventually
 # (two n/2 × n/2 factorisations per fit: about 14 s at n = 20000 without
