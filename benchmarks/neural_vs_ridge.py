@@ -1,0 +1,62 @@
+"""The neural estimators against ridge DR on the accuracy zoo: the issue's target, "within 20% of ridge".
+
+Reads zoo CSVs (``benchmarks/accuracy/run.py`` or ``tuning_rule.py`` output) with rows for the neural
+configurations and a CSV with ``ridge_dr`` rows at the same cases, seeds, n and V-points, and prints, per
+neural configuration and CSV, the ratio of each case-arm's ISE to ridge DR's (the geometric mean over the
+seeds), how many case-arms are within 20%, and the worst ones.
+
+    python benchmarks/accuracy/run.py --split all --seeds 1,2 --n 1000 --eval-points 100 --methods ridge_dr \\
+        --out benchmarks/results/ridge_dr_n1000.csv
+    python benchmarks/neural_vs_ridge.py --ridge benchmarks/results/ridge_dr_n1000.csv \\
+        benchmarks/results/input_relevance_deep_feature_*_True.csv ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+
+WITHIN = 1.2
+
+
+def compare(neural: pd.DataFrame, ridge: pd.DataFrame) -> list[str]:
+    """Lines of text: one block per neural configuration in ``neural``."""
+    keys = ["case", "seed", "n", "v_points"]
+    base = ridge[ridge.config == "ridge_dr"][keys + ["ise1", "ise0"]]
+    lines = []
+    for config, rows in neural.groupby("config"):
+        both = rows.merge(base, on=keys, suffixes=("", "_ridge"))
+        missing = len(rows) - len(both)
+        logs = pd.DataFrame({"case": both.case, "arm 1": np.log(both.ise1 / both.ise1_ridge),
+                             "arm 0": np.log(both.ise0 / both.ise0_ridge)})
+        per_arm = np.exp(logs.groupby("case").mean())
+        ratios = per_arm.to_numpy().ravel()
+        seeds = sorted(int(s) for s in both.seed.unique())
+        lines.append(f"{config}: ISE / ridge DR's, geometric mean over seeds {seeds}, per case-arm"
+                     + (f" ({missing} rows without a ridge row left out)" if missing else ""))
+        lines.append(f"  within {WITHIN - 1:.0%}: {int((ratios <= WITHIN).sum())} of {len(ratios)} case-arms; "
+                     f"geometric mean {np.exp(np.mean(np.log(ratios))):.3f}")
+        worse = per_arm[(per_arm > WITHIN).any(axis=1)]
+        if len(worse):
+            lines.append("  case-arms beyond it:")
+            lines += ["    " + line for line in worse.round(2).to_string().splitlines()]
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("neural", nargs="+", help="zoo CSVs with the neural configurations' rows")
+    p.add_argument("--ridge", required=True, help="a zoo CSV with ridge_dr rows at the same cases, seeds and n")
+    args = p.parse_args(argv)
+    neural = pd.concat([pd.read_csv(f) for f in args.neural], ignore_index=True)
+    ridge = pd.read_csv(args.ridge)
+    print("\n".join([f"$ python benchmarks/neural_vs_ridge.py {' '.join(sys.argv[1:] if argv is None else argv)}",
+                     *compare(neural[neural.config != "ridge_dr"], ridge)]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
