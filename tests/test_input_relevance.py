@@ -95,6 +95,7 @@ def test_relevance_is_reported_and_summarised(fitted):
     text = str(fitted.summary())
     assert "Covariate relevance" in text and "X: noise" in text
     assert "inputs in units of the learned bandwidths" in text
+    assert "the networks' input scales: the kernel ridge's per covariate group" in text
 
 
 def test_auto_learns_the_relevance_and_none_does_not(data):

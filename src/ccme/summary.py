@@ -126,7 +126,7 @@ class Summary:
                 rows = list(rows) + _readout_rows(res)
             sections.append((title, tuple(rows)))
         if res.tuning is not None and res.tuning.chosen:
-            sections.append(("Tuning", tuple(_tuning_rows(res.tuning))))
+            sections.append(("Tuning", tuple(_tuning_rows(res.tuning, inputs="input_kernels" in res.params))))
         if res.tuning is not None and getattr(res.tuning, "relevance", None):
             relevance = list(res.tuning.relevance_rows())
             # A neural fit's V kernel is its networks' input scales (ccme.estimators.input_relevance).
@@ -221,7 +221,8 @@ def _readout_rows(res) -> list:
     return rows
 
 
-def _tuning_rows(report) -> list:
+def _tuning_rows(report, inputs: bool = False) -> list:
+    """The Tuning section's rows; ``inputs``: the X/V bandwidths are a neural fit's input scales."""
     rows = []
     for name, label in (("lam0", "lambda0"), ("lam1", "lambda1"), ("lam1_plugin", "lambda1, plug-in part"),
                         ("y_bandwidth", "Y bandwidth")):
@@ -233,7 +234,8 @@ def _tuning_rows(report) -> list:
             rows.append((name.replace("_factor", ""), f"factor {report.chosen[name]:g} of the rule (LOO)"))
     for name in ("x_bandwidth", "v_bandwidth"):
         if isinstance(report.chosen.get(name), list):
-            rows.append((name, "per covariate group, LOO coordinate search (table below)"))
+            what = "the networks' input scales: the kernel ridge's " if inputs else ""
+            rows.append((name, f"{what}per covariate group, LOO coordinate search (table below)"))
     if "M" in report.chosen:
         curve = next(c for c in report.curves if c.parameter == "M")
         rows.append(("M", f"{report.chosen['M']} of {len(curve.values)} values ({curve.criterion_name})"))
