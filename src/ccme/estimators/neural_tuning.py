@@ -44,7 +44,10 @@ two seeds; ISE against the rule's read-out: geometric mean 0.974 for Deep
 Feature, 0.986 for Neural-Kernel) and reported on its other cases (0.869
 and 0.949; ``benchmarks/results/neural_readout_*``).
 
-Order: M first (at the current λ), then the weight decay, then λ₀, then λ₁, then λ₁ᵖ, one pass.  A candidate's
+Order: the inputs' relevance before all of these (the kernel ridge's per-group bandwidth search,
+:mod:`ccme.estimators.input_relevance`, run by :meth:`ccme.estimators.training.NeuralEstimator.tune`, so that
+every network trained below sees the scaled inputs); then M (at the current λ), the weight decay, λ₀, λ₁ and λ₁ᵖ,
+one pass.  A candidate's
 criterion is its best validation loss (the loss of the weights kept).  Each
 arm's validation units are the same for every candidate (the split is drawn
 before the network's initial weights), so candidates are compared on the same
