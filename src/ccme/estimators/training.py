@@ -482,6 +482,8 @@ class NeuralFold(FoldFit):
 #: 2.8-3 times (Neural-Kernel, whose fits are short), as the tuning runs once.  5 against 3 for Neural-Kernel
 #: (``--setting ...NEURAL_N_REP=3,5 --stem nk_n_rep5``): 0.953 on both splits (32 of 38 case-arms better, 2 worse)
 #: for 1.9-2.2 times the time again; kept at 3 so that the estimator chosen for speed stays fast (``n_rep=5`` sets it).
+#: 3 against 1 rerun with the networks' inputs in units of the learned bandwidths (aaaa341, ``--stem
+#: neural_n_rep_<method>_s28``): Deep Feature 0.956 / 0.939, Neural-Kernel 0.873 / 0.892 on "choose" / "report".
 NEURAL_N_REP = 3
 
 
