@@ -719,7 +719,8 @@ class DeepFeatureEstimator(NeuralEstimator):
                 ("lambda1 (stage 2)", _per_arm_text(prepared["lam1"], design.treatment)),
             ] + ([("lambda1, plug-in part", _per_arm_text(prepared["lam1_plugin"], design.treatment))]
                  if prepared.get("lam1_plugin") is not None else [])),
-            ("Training", describe_training(prepared["training"], prepared.get("input_kernels")) + training_rows(embeddings)),
+            ("Training", describe_training(prepared["training"], prepared.get("input_kernels"))
+             + training_rows(embeddings)),
         ]
 
 

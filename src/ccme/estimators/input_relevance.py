@@ -60,7 +60,8 @@ def relevance_grids(grids: dict) -> tuple[dict, dict]:
     return asked, {k: v for k, v in grids.items() if k not in INPUT_ROLES}
 
 
-def learn_input_relevance(params: Parameters, *, data, folds, asked: dict, seed: int) -> tuple[Parameters, TuningReport]:
+def learn_input_relevance(params: Parameters, *, data, folds, asked: dict,
+                          seed: int) -> tuple[Parameters, TuningReport]:
     """Run the kernel ridge's per-group bandwidth search and keep its X and V kernels as the networks' input scales.
 
     Parameters

@@ -423,5 +423,6 @@ class NeuralKernelEstimator(NeuralEstimator):
         return [
             ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
             ("Grid", [("Points", f"M = {prepared['M']} ({_grid_label(prepared, design.Y)}), {span}")]),
-            ("Training", describe_training(prepared["training"], prepared.get("input_kernels")) + training_rows(embeddings)),
+            ("Training", describe_training(prepared["training"], prepared.get("input_kernels"))
+             + training_rows(embeddings)),
         ]

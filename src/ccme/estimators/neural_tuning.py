@@ -93,17 +93,20 @@ def _argmin(criterion) -> int:
     return int(np.argmin(finite))
 
 
-def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, grids, seed, auto, n_threads=0):
+def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, grids, seed, auto, n_threads=0,
+                report=None):
     """Select M, λ₀, λ₁ (Deep Feature) by validation loss on ``fold``; returns (prepared, report, arms).
 
     ``grids`` from :func:`ccme.tuning.resolve_tune`; ``seed`` is the fold's
     seed, so the returned ``arms`` ({arm: fold-and-arm estimator}, trained with
     the chosen values) are exactly what the fold would train with them.
     ``auto`` says the grids are the defaults of ``tune="auto"``.  ``prepared``
-    is updated in a copy.
+    is updated in a copy.  ``report`` (optional) is a report begun before, the
+    input relevance's (:mod:`ccme.estimators.input_relevance`): it is continued,
+    its entries first and its time added to.
     """
     started = time.perf_counter()
-    report = TuningReport()
+    report = TuningReport() if report is None else report   # a report begun before (the input relevance's)
     settings = prepared["training"]
     deep = estimator.name == "deep_feature"
     cand = dict(prepared)
@@ -224,7 +227,7 @@ def tune_neural(estimator, *, mode, design, Xo, fold, scores_target, prepared, g
                                                           n_threads=n_threads, cache=cache))
     note_edges(report, design.treatment)  # before the epoch curves: an early best epoch is no grid edge
     _record_epochs(report, arms)
-    report.seconds = time.perf_counter() - started
+    report.seconds += time.perf_counter() - started
     return cand, report, arms
 
 

@@ -510,26 +510,20 @@ class NeuralEstimator(Estimator):
         from .neural_tuning import tune_neural
 
         asked, grids = relevance_grids(grids)
-        found = None
+        report = None
         if asked and not params["training"].standardize:
             if not auto:
                 raise ParameterError("`tune` asks for the inputs' relevance, which scales the standardised inputs; "
                                      "`standardize` is False")
         elif asked:
             # First, so that every network the tuning below trains already sees the learned input scales.
-            params, found = learn_input_relevance(params, data=data, folds=folds, asked=asked, seed=int(seeds[0]))
+            params, report = learn_input_relevance(params, data=data, folds=folds, asked=asked, seed=int(seeds[0]))
         fold = folds[0]
         chosen, report, arms = tune_neural(
             self, mode=data.mode, design=data.design, Xo=data.Xo, fold=fold,
             scores_target=data.scores[fold.target], prepared=params, grids=grids, seed=int(seeds[0]), auto=auto,
-            n_threads=data.n_threads,
+            n_threads=data.n_threads, report=report,
         )
-        if found is not None:
-            report.chosen = {**found.chosen, **report.chosen}
-            report.curves = found.curves + report.curves
-            report.relevance = found.relevance + report.relevance
-            report.notes = found.notes + report.notes
-            report.seconds += found.seconds
         prebuilt = {(fold.index, arm): est for arm, est in (arms or {}).items()}
         return Tuned(Parameters(chosen), report, prebuilt)
 
