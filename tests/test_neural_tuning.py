@@ -217,6 +217,24 @@ def test_auto_reads_out_with_the_chosen_outcome_bandwidth(data, tuned):
     assert all(fixed.embeddings[arm].y_kernel.bandwidth_array[0] == 2.0 for arm in (1, 0))
 
 
+def test_neural_kernel_reads_out_no_narrower_than_half_its_grid_step(data):
+    """Gaussians narrower than half the step of the M = 6 regular grid points would show the points as ripples
+    (ccme.tuning.READOUT_ATOM_FLOOR): the read-out grid starts at half the step, the grid's outcome span / (M − 1)
+    by hand, or within half a factor step above it."""
+    from ccme.tuning import READOUT_ATOM_FLOOR, Y_BANDWIDTH_FACTORS
+
+    res = _fit(data, method="neural_kernel")
+    assert "M = 6 (auto: regular)" in str(res.summary())
+    Y = data["y"].to_numpy()
+    floor = READOUT_ATOM_FLOOR * (Y.max() - Y.min()) / (6 - 1)
+    half_step = np.sqrt(Y_BANDWIDTH_FACTORS[1] / Y_BANDWIDTH_FACTORS[0])
+    curves = _curves(res, "y_bandwidth")
+    assert sorted(c.arm for c in curves) == [0, 1]
+    for c in curves:
+        assert floor * (1 - 1e-9) <= min(c.values) <= floor * half_step
+        assert c.chosen >= floor * (1 - 1e-9)
+
+
 def test_deep_feature_atoms_know_their_units(data, tuned):
     """atom_units maps each atom to its data row (the read-out criterion leaves a unit's own atom out)."""
     Y = tuned.design.Y

@@ -642,6 +642,69 @@ def test_readout_grid_grows_below_its_smallest_factor_where_that_is_chosen():
         assert len(seen) == 1
 
 
+def test_readout_grid_starts_at_its_floor_and_does_not_grow_below_it():
+    """With a floor (in factors) the default grid drops the factors below it and starts at the floor itself, unless
+    a kept factor lies within half a grid step above it; a choice at the floor does not grow the grid."""
+    from types import SimpleNamespace
+
+    from ccme import tuning
+
+    seen = []
+
+    def smallest_chosen(factors):
+        seen.append(np.asarray(factors, dtype=float))
+        return None, [SimpleNamespace(values=factors, chosen=factors[0])]
+
+    default = np.asarray(tuning.Y_BANDWIDTH_FACTORS)
+    tuning._extending_downwards(smallest_chosen, tuning.Y_BANDWIDTH_FACTORS, 0.55)
+    assert len(seen) == 1
+    np.testing.assert_allclose(seen[0], np.r_[0.55, default[default >= 0.55]])   # 0.55, 0.7: 0.7 > 0.55 √1.4
+    for floor in (0.6, 0.45):                                                    # 0.7, 0.5 within half a step
+        seen.clear()
+        tuning._extending_downwards(smallest_chosen, tuning.Y_BANDWIDTH_FACTORS, floor)
+        assert len(seen) == 1
+        np.testing.assert_allclose(seen[0], default[default >= floor])
+    seen.clear()
+    tuning._extending_downwards(smallest_chosen, tuning.Y_BANDWIDTH_FACTORS, 0.1)  # grows once, then floors
+    step = default[1] / default[0]
+    assert len(seen) == 3
+    np.testing.assert_allclose(seen[1], np.r_[default[0] / step**2, default[0] / step, default])
+    assert seen[2][0] == 0.1 and seen[2][1] == pytest.approx(default[0] / step**2)
+
+
+def test_readout_floor_is_half_the_spacing_of_the_atoms_where_the_outcomes_see_them_densest():
+    """:func:`ccme.tuning.readout_floor` against a loop by hand: each outcome strictly inside the atoms' range lies
+    in one cell between consecutive distinct atoms (of every arm's folds); the floor is READOUT_ATOM_FLOOR times the
+    READOUT_ATOM_QUANTILE quantile of those cells' widths."""
+    from types import SimpleNamespace
+
+    from ccme import tuning
+
+    rng = np.random.default_rng(3)
+    grid = np.r_[np.linspace(-4.0, 4.0, 9), np.linspace(-0.2, 0.2, 5)]     # a regular grid and a dense middle
+    arm = lambda atoms: SimpleNamespace(parts=[SimpleNamespace(atoms=a[:, None]) for a in atoms])  # noqa: E731
+    embeddings = {1: arm([grid[:10], grid[10:]]), 0: arm([grid])}
+    for y in (rng.normal(0.0, 0.1, 201), rng.uniform(-6.0, 6.0, 301)):
+        atoms = sorted(set(grid))
+        widths = [hi - lo for v in y for lo, hi in zip(atoms, atoms[1:]) if lo < v <= hi and atoms[0] < v < atoms[-1]]
+        expected = tuning.READOUT_ATOM_FLOOR * np.quantile(widths, tuning.READOUT_ATOM_QUANTILE)
+        assert tuning.readout_floor(embeddings, y[:, None]) == pytest.approx(expected)
+    assert tuning.readout_floor(embeddings, np.full((4, 1), 9.0)) == 0.0               # no outcome between atoms
+
+
+def test_readout_floor_of_outcome_atoms_lies_below_every_factor_the_grid_can_reach(tuned, data):
+    """Where the atoms are the outcomes (the ridge) the floor lies below the default grid grown to its lowest, so it
+    changes no fit: it is for the Neural-Kernel estimator's M grid points."""
+    from ccme import tuning
+
+    embeddings = {arm: tuned.embedding(arm) for arm in (1, 0)}
+    step = tuning.Y_BANDWIDTH_FACTORS[1] / tuning.Y_BANDWIDTH_FACTORS[0]
+    lowest = tuning.Y_BANDWIDTH_FACTORS[0] / step ** (2 * tuning.Y_BANDWIDTH_EXTENSIONS)
+    base = min(float(e.y_kernel.bandwidth_array[0]) for e in embeddings.values()) / max(tuning.Y_BANDWIDTH_FACTORS)
+    floor = tuning.readout_floor(embeddings, data[["y"]].to_numpy())
+    assert 0.0 < floor < lowest * base
+
+
 def test_fit_on_a_spike_of_outcomes_reads_out_below_the_default_grid():
     """Half the outcomes in a spike 0.02 wide: the read-out criterion picks the default grid's smallest factor, so
     the fit searches below it; the curve keeps the default factors at its top (ridge's proxy path)."""

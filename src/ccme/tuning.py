@@ -146,6 +146,7 @@ from .pseudo import PseudoOutcome, pseudo_outcome, uses_first_stage
 from .estimators.ridge import apply_first_stage
 
 __all__ = ["TuningReport", "TuningCurve", "resolve_tune", "tune_ridge", "tune_outcome_bandwidth", "tune_readout",
+           "readout_floor", "READOUT_ATOM_FLOOR", "READOUT_ATOM_QUANTILE",
            "distribution_kernel", "distribution_readout",
            "LAMBDA_GRID", "Y_BANDWIDTH_FACTORS", "NEURAL_LAMBDA_GRID"]
 
@@ -2182,7 +2183,7 @@ def _chosen_y_bandwidth(base: Kernel, factors: np.ndarray, terms: np.ndarray, ar
     return kernel, curve
 
 
-def _extending_downwards(choose, factors):
+def _extending_downwards(choose, factors, smallest: float = 0.0):
     """``choose(factors)``, rerun on a grid grown below while an arm's choice is the grid's smallest factor.
 
     ``choose`` returns a tuple whose second item is the read-out curves
@@ -2192,19 +2193,79 @@ def _extending_downwards(choose, factors):
     scores the same held-out units.  The whole criterion reruns, proxy fits
     included, because the proxy bins its atoms at the smallest factor's
     width; binning finer always would cost every fit the time that this
-    costs only the fits whose choice sits on the edge.
+    costs only the fits whose choice sits on the edge.  The default grid
+    starts at the factor ``smallest`` at the lowest (:func:`readout_floor`)
+    and does not grow below it.
     """
-    result = choose(factors)
     if factors is not Y_BANDWIDTH_FACTORS:
-        return result
+        return choose(factors)
     factors = np.asarray(factors, dtype=np.float64)
+    step = factors[1] / factors[0]
+    factors = _floored(factors, smallest, step)
+    result = choose(factors)
     for _ in range(Y_BANDWIDTH_EXTENSIONS):
-        if not any(c.chosen <= c.values[0] for c in result[1]):
+        if factors[0] <= smallest * np.sqrt(step) or not any(c.chosen <= c.values[0] for c in result[1]):
             break
-        step = factors[1] / factors[0]
-        factors = np.r_[factors[0] / step**2, factors[0] / step, factors]
+        factors = _floored(np.r_[factors[0] / step**2, factors[0] / step, factors], smallest, step)
         result = choose(factors)
     return result
+
+
+def _floored(factors: np.ndarray, smallest: float, step: float) -> np.ndarray:
+    """The factors from ``smallest`` up: those below it dropped, ``smallest`` itself first where the first kept
+    factor lies more than half a grid step above it; the grid as it is where it starts at ``smallest`` or above."""
+    if smallest <= factors[0]:
+        return factors
+    kept = factors[factors >= smallest]
+    if kept.size and kept[0] <= smallest * np.sqrt(step):
+        return kept
+    return np.r_[smallest, kept]
+
+
+#: A read-out bandwidth below this many times the spacing of the embedding's atoms (:func:`readout_floor`) is not
+#: tried.  A law read out through Gaussians of width σ centred on atoms Δ apart ripples with a relative amplitude of
+#: about 2 exp(−2π²σ²/Δ²) (the Poisson summation formula): 1.4% at σ = Δ/2, 8.5% at 0.4 Δ and 30% at Δ/3.  Where
+#: the atoms are the outcomes (the ridge, Deep Feature) they lie far closer than any bandwidth on the grid; the
+#: Neural-Kernel estimator's M grid points (M = 20) do not, and its weighted ISE-CV, noisy where weights 1/π̂ are
+#: large, picked bandwidths of 0.3 Δ whose ripples cost five times the error (README, "The read-out's floor").
+READOUT_ATOM_FLOOR = 0.5
+#: The spacing :func:`readout_floor` takes: this quantile, over the units, of the width of the cell between atoms
+#: that holds a unit's outcome.  On a regular grid every cell has the grid's step; where atoms crowd into a spike of
+#: outcomes (the Neural-Kernel estimator's "blend" grid) that holds at least this share of the outcomes, the floor
+#: is the spike's spacing, which a spike needs (the median, 0.5, cost the zoo's two spiky cases 1.3-2.5 times the
+#: error: ``benchmarks/results/readout_floor_nk_*``).
+READOUT_ATOM_QUANTILE = 0.1
+
+
+def readout_floor(embeddings: dict, Y: np.ndarray) -> float:
+    """The smallest read-out bandwidth worth trying: :data:`READOUT_ATOM_FLOOR` times the atoms' spacing.
+
+    The spacing is the width of the cell between consecutive atoms (of every
+    arm's fold-arms) that holds a unit's outcome, its
+    :data:`READOUT_ATOM_QUANTILE` quantile over the units whose outcome lies
+    between the atoms: the spacing where the atoms lie densest among the
+    outcomes (a regular grid's step; a spike's, where a "blend" grid crowds
+    into one).
+
+    Parameters
+    ----------
+    embeddings : dict
+        Arm code → :class:`ccme.embedding.Embedding` (one-dimensional outcome).
+    Y : ndarray (n, 1)
+        The outcomes (a located fit's residuals) the embeddings were fitted to.
+
+    Returns
+    -------
+    float
+        The floor (0 with fewer than two distinct atoms).
+    """
+    atoms = np.unique(np.concatenate([part.atoms[:, 0] for emb in embeddings.values() for part in emb.parts]))
+    y = Y[:, 0]
+    inside = y[(y > atoms[0]) & (y < atoms[-1])] if atoms.size > 1 else y[:0]
+    if not inside.size:
+        return 0.0
+    cell = np.searchsorted(atoms, inside)
+    return READOUT_ATOM_FLOOR * float(np.quantile(atoms[cell] - atoms[cell - 1], READOUT_ATOM_QUANTILE))
 
 
 def _largest_local_minimum(total: np.ndarray) -> int:
@@ -2318,13 +2379,14 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
     if report.pending_readout is not None:  # chosen by tune_ridge on the fit's Nyström proxy
         (chosen, curves), report.pending_readout = report.pending_readout, None
     else:
+        base = embeddings[data.design.arms[0]].y_kernel
         chosen, curves = _extending_downwards(
             lambda factors: tune_outcome_bandwidth(
                 embeddings=embeddings, design=data.design, folds=folds, scores=data.scores,
-                base=embeddings[data.design.arms[0]].y_kernel, factors=factors, seed=seed,
+                base=base, factors=factors, seed=seed,
                 n_threads=data.n_threads, weighted=_readout_weighted(data.mode),
                 sampling_weights=getattr(data, "sampling_weights", None)),
-            grids["y_bandwidth"])
+            grids["y_bandwidth"], readout_floor(embeddings, data.design.Y) / float(base.bandwidth_array[0]))
     report.curves.extend(curves)
     report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
     note_edges(report, data.design.treatment)
