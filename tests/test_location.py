@@ -465,6 +465,28 @@ def test_default_is_auto_with_many_covariates_in_v_and_none_with_few():
     np.testing.assert_array_equal(few.density(y, newdata=PAPER_PROFILES), plain.density(y, newdata=PAPER_PROFILES))
 
 
+def test_neural_default_is_auto_whatever_the_number_of_covariates_in_v():
+    """A neural estimator's location="default" is "auto" from NEURAL_LOCATION_FROM (1) covariates in V on, the same
+    fit as asking for it, while the ridge's, with two covariates in V, has no location stage."""
+    pytest.importorskip("torch")
+    from ccme.estimators import get_estimator
+    from ccme.estimators.training import NEURAL_LOCATION_FROM
+    from ccme.location import MANY_V_COVARIATES
+
+    assert NEURAL_LOCATION_FROM == 1
+    data = paper_simulation(300, seed=3)
+    opts = dict(method="neural_kernel", epochs=(15, 10), patience=4, hidden=(8,), M=6, progress=False, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        default, auto = (ccme.fit(F, data, **opts, **kw) for kw in ({}, {"location": "auto"}))
+    assert default.tuning.chosen["location"] == auto.tuning.chosen["location"]
+    y = np.linspace(-10.0, 40.0, 11)
+    np.testing.assert_array_equal(default.density(y, newdata=PAPER_PROFILES), auto.density(y, newdata=PAPER_PROFILES))
+    assert any("by default, V having 2 covariates (at least 1 for method 'neural_kernel')" in note
+               for note in default.tuning.notes)
+    assert get_estimator("ridge").location_from == MANY_V_COVARIATES == 10
+
+
 @pytest.mark.parametrize("mode", ["dr", "onestep", "ipw"])
 def test_location_fitted_on_some_units_is_the_fit_of_those_units(mode):
     """fit_location(rows=S): the models of S's data alone; S's residuals theirs, the others' Y − m̂(V)."""

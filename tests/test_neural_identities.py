@@ -152,7 +152,7 @@ def test_factored_contraction_equals_weights_times_features():
 @pytest.fixture(scope="module")
 def small_fits():
     data = ccme.datasets.paper_simulation(300, seed=3)
-    opts = dict(epochs=(15, 10), progress=False, validation=0.0, seed=3, propensity="logistic")
+    opts = dict(epochs=(15, 10), progress=False, validation=0.0, seed=3, propensity="logistic", location=None)
     return {
         (method, mode): ccme.fit("y ~ a | x1 + x2 | x3 + x4", data, method=method, mode=mode, **opts)
         for method in ("deep_feature", "neural_kernel") for mode in ("dr", "ipw", "pi", "onestep")

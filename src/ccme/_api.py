@@ -22,7 +22,7 @@ from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
 from .distributed import cluster_estimator, local_frame
 from .formula import build_design, parse_formula
-from .location import (MANY_V_COVARIATES, check_location, choose_location, default_location, fit_location,
+from .location import (check_location, choose_location, default_location, fit_location,
                        fold_residuals)
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics, resolve_clip
@@ -305,9 +305,11 @@ def fit(
         Row partitions of a fit with ``client`` (None: two per worker thread).
     location : {"default", None, "linear", "auto"}, default "default"
         "default": "auto" where V has at least
-        :data:`ccme.location.MANY_V_COVARIATES` (10) covariates and σ_y is
-        tuned for a one-dimensional outcome, no location stage otherwise
-        (:func:`ccme.location.default_location`).  None: no location stage.
+        :data:`ccme.location.MANY_V_COVARIATES` (10) covariates (the neural
+        estimators: always, :data:`ccme.estimators.training.NEURAL_LOCATION_FROM`)
+        and σ_y is tuned for a one-dimensional outcome, no location stage
+        otherwise (:func:`ccme.location.default_location`).  None: no
+        location stage.
         "linear": a location stage (:mod:`ccme.location`), each arm's mean given V as a
         linear ridge regression on V's columns (of the mode's pseudo-outcome:
         Kennedy's DR-learner for ``mode="dr"``), the embedding fitted to the
@@ -399,7 +401,7 @@ def fit(
     default = location == "default"
     if default:
         location = default_location(n_v_covariates=len(design.v_variables), readout_tuned="y_bandwidth" in grids,
-                                    d_y=design.Y.shape[1])
+                                    d_y=design.Y.shape[1], many=estimator.location_from)
     check_location(location, readout_tuned="y_bandwidth" in grids, d_y=design.Y.shape[1])
     sampling = resolve_weights(weights, data, design.data_rows)
     sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
@@ -468,8 +470,8 @@ def fit(
     tuned, embeddings, crossfit_data, locations = chosen.tuned, chosen.embeddings, chosen.data, chosen.locations
     if default and location == "auto":
         tuned.report.notes.append(f"location: 'auto' by default, V having {len(design.v_variables)} covariates "
-                                  f"(at least ccme.location.MANY_V_COVARIATES = {MANY_V_COVARIATES}); location=None "
-                                  "turns it off")
+                                  f"(at least {estimator.location_from} for method {estimator.name!r}); "
+                                  "location=None turns it off")
     weighting["design"] = crossfit_data.design
     if n_rep > 1:
         others = [_repetition(seed, r, folds=folds, prop_model=prop_model, prop_cols=prop_cols, clip=clip_arg,

@@ -130,8 +130,8 @@ def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str
     return location
 
 
-def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int) -> str | None:
-    """``fit(location="default")``: "auto" where V has :data:`MANY_V_COVARIATES` covariates or more, else None.
+def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int, many: int | None = None) -> str | None:
+    """``fit(location="default")``: "auto" where V has ``many`` covariates or more, else None.
 
     "auto" also needs the read-out criterion (a tuned σ_y, a one-dimensional
     outcome); without it the default is no location stage.
@@ -142,6 +142,9 @@ def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int) -> s
         The variables of the formula's second part (a factor counts once).
     readout_tuned : bool
     d_y : int
+    many : int or None
+        The threshold, the estimator's :attr:`~ccme.estimators.base.Estimator.location_from` (None:
+        :data:`MANY_V_COVARIATES`, the ridge's).
 
     Returns
     -------
@@ -153,8 +156,8 @@ def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int) -> s
     ...                                                                                    readout_tuned=True, d_y=1)
     ('auto', None)
     """
-    many = n_v_covariates >= MANY_V_COVARIATES
-    return "auto" if many and readout_tuned and d_y == 1 else None
+    many = MANY_V_COVARIATES if many is None else many
+    return "auto" if n_v_covariates >= many and readout_tuned and d_y == 1 else None
 
 
 def readout_criteria(report) -> dict:

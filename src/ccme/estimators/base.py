@@ -637,7 +637,10 @@ class Estimator(ABC):
     :class:`ccme.errors.CcmeWarning`, and the summary in a note).
     ``default_n_rep`` is the number of cross-fitting repetitions
     ``fit(n_rep=None)`` runs (1 unless the estimator's own variance, e.g. a
-    network's initialisation, makes averaging repetitions pay).
+    network's initialisation, makes averaging repetitions pay);
+    ``location_from`` the number of covariates in V from which
+    ``fit(location="default")`` compares the fits with and without a location
+    stage (:func:`ccme.location.default_location`).
     """
 
     name: str
@@ -647,6 +650,13 @@ class Estimator(ABC):
     supports_bootstrap: bool = False
     bootstrap_caveat: str | None = None
     default_n_rep: int = 1
+
+    @property
+    def location_from(self) -> int:
+        """``fit(location="default")`` is "auto" from this many covariates in V on: :data:`ccme.location.MANY_V_COVARIATES`."""
+        from ..location import MANY_V_COVARIATES
+
+        return MANY_V_COVARIATES
 
     def options(self, hyperparameters: dict) -> dict:
         """The defaults updated by the user's hyperparameters (aliases expanded), see :func:`resolve_options`."""

@@ -486,6 +486,21 @@ class NeuralFold(FoldFit):
 #: neural_n_rep_<method>_s28``): Deep Feature 0.956 / 0.939, Neural-Kernel 0.873 / 0.892 on "choose" / "report".
 NEURAL_N_REP = 3
 
+#: ``fit(location="default")`` of a neural estimator is "auto" (the fits with and without a location stage, the
+#: better by the read-out criterion: :mod:`ccme.location`) from this many covariates in V on, so always; the ridge's
+#: threshold is :data:`ccme.location.MANY_V_COVARIATES` (10).  A network learns a shift of the law with V less well
+#: than the ridge's kernel in V does (``linear_v1``, Neural-Kernel: 0.0101 / 0.0065 plain, 0.0035 / 0.0025 "auto").
+#: Chosen on the zoo's "choose" split, n = 1000, seeds 1-2 (``python benchmarks/tuning_rule.py --setting
+#: ccme.estimators.training.NEURAL_LOCATION_FROM=10,1 --config neural_kernel --split choose --seeds 1,2 --n 1000
+#: --eval-points 100 --parallel --stem neural_location_from_neural_kernel``, and ``deep_feature``;
+#: ``benchmarks/results/neural_location_from_*``): Neural-Kernel 0.787 of the plain fits' ISE (7 of 16 case-arms
+#: better, 3 worse: mixture_v3 1.33 / 1.08), Deep Feature 0.810 (7 better, 1 worse).  Reported on "report":
+#: Neural-Kernel 0.896 (10 of 30 better, 3 worse, none by more than 13%), Deep Feature 0.929 (5 better, 3 worse:
+#: nhefs_education's control arm 1.24, hetero_v2's treated arm 1.17); 1.2-1.4 times the fit time.  Before the
+#: read-out's floor (:data:`ccme.tuning.READOUT_ATOM_FLOOR`) Neural-Kernel's nhefs_education control arm lost 2.5
+#: times.
+NEURAL_LOCATION_FROM = 1
+
 
 class NeuralEstimator(Estimator):
     """What both neural estimators share: tuning by validation loss, and ``fit_fold`` over ``build_arm``."""
@@ -494,6 +509,11 @@ class NeuralEstimator(Estimator):
     def default_n_rep(self) -> int:
         """Repetitions of the cross-fit ``fit(n_rep=None)`` averages: :data:`NEURAL_N_REP`."""
         return NEURAL_N_REP
+
+    @property
+    def location_from(self) -> int:
+        """``fit(location="default")`` is "auto" from this many covariates in V on: :data:`NEURAL_LOCATION_FROM`."""
+        return NEURAL_LOCATION_FROM
 
     @staticmethod
     @abstractmethod
