@@ -8,16 +8,18 @@ seeds 1, 2, 3 (script: ``python benchmarks/bench_neural.py --measure``):
 =======================  ========  ========  ========
 configuration              seed 1    seed 2    seed 3
 =======================  ========  ========  ========
-deep feature, DR          0.00213   0.00348   0.00326
-deep feature, one-step    0.01025   0.01620   0.01411
+deep feature, DR          0.00242   0.00226   0.00326
+deep feature, one-step    0.00992   0.01434   0.01519
 neural-kernel, DR         0.00258   0.00309   0.00403
-neural-kernel, one-step   0.01079   0.01391   0.01314
+neural-kernel, one-step   0.01044   0.01475   0.01535
 =======================  ========  ========  ========
 
-(remeasured at 2050374, with the networks' inputs in units of the ridge search's learned bandwidths; before
-them DR was 0.00516, 0.00576, 0.00449 (Deep Feature) and 0.00281, 0.00385, 0.00466 (Neural-Kernel), one-step
-0.01179, 0.01598, 0.01237 and 0.01104, 0.01447, 0.01115; Neural-Kernel's DR before its weight decay and split
-second stage 0.00659, 0.00726, 0.00803).  DR / one-step ranges over 0.21–0.31; the test asks for < 0.65 at
+(remeasured at c303d1b, where location="default" became "auto" for the neural estimators; Neural-Kernel's DR
+kept the plain fit in every seed.  Before it, with the networks' inputs in units of the learned bandwidths
+(2050374): DR 0.00213, 0.00348, 0.00326 (Deep Feature) and 0.00258, 0.00309, 0.00403 (Neural-Kernel), one-step
+0.01025, 0.01620, 0.01411 and 0.01079, 0.01391, 0.01314; before the input scales DR was 0.00516, 0.00576, 0.00449
+(Deep Feature) and 0.00281, 0.00385, 0.00466 (Neural-Kernel); Neural-Kernel's DR before its weight decay and split
+second stage 0.00659, 0.00726, 0.00803).  DR / one-step ranges over 0.16–0.26; the test asks for < 0.65 at
 seed 1.  The
 other tests use ``tune="none"`` and few epochs: they check mechanics, not accuracy.
 """
