@@ -43,7 +43,8 @@ def one_data_set(n: int, rep: int) -> dict:
         res = ccme.fit(SCALE_FORMULA, data, method="deep_feature", seed=rep, progress=False)
         test = res.test_effect(newdata=points, n_boot=199, seed=rep)
     table = test.table
-    return {"n": n, "rep": rep, "p_global": float(test.p_value), "p_point": float(table["p_value"].iloc[0])}
+    return {"n": n, "rep": rep, "p_global": float(test.p_value), "p_point": float(table["p_value"].iloc[0]),
+            "located": res.location is not None}   # the location default may keep the plain fit
 
 
 def summarise(path: Path) -> str:
