@@ -130,7 +130,7 @@ def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str
     return location
 
 
-def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int, many: int | None = None) -> str | None:
+def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int, many: int) -> str | None:
     """``fit(location="default")``: "auto" where V has ``many`` covariates or more, else None.
 
     "auto" also needs the read-out criterion (a tuned σ_y, a one-dimensional
@@ -142,9 +142,9 @@ def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int, many
         The variables of the formula's second part (a factor counts once).
     readout_tuned : bool
     d_y : int
-    many : int or None
-        The threshold, the estimator's :attr:`~ccme.estimators.base.Estimator.location_from` (None:
-        :data:`MANY_V_COVARIATES`, the ridge's).
+    many : int
+        The threshold: the estimator's :attr:`~ccme.estimators.base.Estimator.location_from`
+        (:data:`MANY_V_COVARIATES` for the ridge).
 
     Returns
     -------
@@ -152,11 +152,10 @@ def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int, many
 
     Examples
     --------
-    >>> default_location(n_v_covariates=25, readout_tuned=True, d_y=1), default_location(n_v_covariates=2,
-    ...                                                                                    readout_tuned=True, d_y=1)
+    >>> rule = dict(readout_tuned=True, d_y=1, many=MANY_V_COVARIATES)
+    >>> default_location(n_v_covariates=25, **rule), default_location(n_v_covariates=2, **rule)
     ('auto', None)
     """
-    many = MANY_V_COVARIATES if many is None else many
     return "auto" if n_v_covariates >= many and readout_tuned and d_y == 1 else None
 
 

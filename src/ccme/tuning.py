@@ -2257,7 +2257,7 @@ def readout_floor(embeddings: dict, Y: np.ndarray) -> float:
     Returns
     -------
     float
-        The floor (0 with fewer than two distinct atoms).
+        The floor (0 with fewer than two distinct atoms, or no outcome strictly between them).
     """
     atoms = np.unique(np.concatenate([part.atoms[:, 0] for emb in embeddings.values() for part in emb.parts]))
     y = Y[:, 0]
