@@ -662,6 +662,26 @@ def test_neural_kernel_fold_arm_round_trip(tmp_path):
     assert back.history == arm.history
 
 
+def test_neural_kernel_fold_arm_over_outcomes_round_trip(tmp_path):
+    """``atoms="outcomes"``: the atoms and loadings come back bit for bit and give the same weights; loadings that
+    do not fit the grid are named."""
+    from ccme.estimators.neural_kernel import NeuralKernelFoldArm, outcome_loadings
+
+    net, standardizer, dtype = _network(2, 7)
+    grid = np.linspace(-2, 2, 7)[:, None]
+    atoms, loadings = outcome_loadings(grid, np.random.default_rng(2).normal(size=(40, 1)))
+    arm = NeuralKernelFoldArm(grid, net, standardizer, {2: _history(4)}, dtype, "cpu", atoms=atoms,
+                              loadings=loadings)
+    back = _round_trip(arm, tmp_path)
+    V_eval = np.random.default_rng(6).normal(size=(11, 2))
+    for got, want in zip(back.weights(V_eval), arm.weights(V_eval)):
+        _assert_identical(want, got, "weights")
+    _assert_identical(arm.grid, back.grid, "grid")
+    state = arm.to_state()
+    with pytest.raises(FormatError, match="atoms and loadings do not fit"):
+        NeuralKernelFoldArm.from_state(dict(state, loadings=loadings[:, :3]))
+
+
 def test_split_neural_kernel_fold_arm_round_trip_and_version_one(tmp_path):
     """A split second stage's correction network comes back bit for bit; a version-1 state (no correction field,
     written before the split) still loads, as one network."""
@@ -676,7 +696,7 @@ def test_split_neural_kernel_fold_arm_round_trip_and_version_one(tmp_path):
     _assert_identical(arm.coefficients(V_eval), back.coefficients(V_eval), "coefficients")
     assert back.history == arm.history and list(back.history) == [2, 3]
     single = NeuralKernelFoldArm(grid, net, standardizer, {2: _history(4)}, dtype, "cpu")
-    old = {k: v for k, v in single.to_state().items() if k != "correction"}
+    old = {k: v for k, v in single.to_state().items() if k not in ("correction", "atoms", "loadings")}
     loaded = NeuralKernelFoldArm.from_state(dict(old, version=1))
     assert loaded.correction is None
     _assert_identical(single.coefficients(V_eval), loaded.coefficients(V_eval), "coefficients")
@@ -694,5 +714,5 @@ def test_neural_fold_arm_with_bad_network_is_named(tmp_path):
         NeuralKernelFoldArm.from_state(dict(state, network=dict(state["network"], layers=layers)))
     with pytest.raises(FormatError, match="network should have the fields"):
         NeuralKernelFoldArm.from_state(dict(state, network={"layers": layers}))
-    with pytest.raises(FormatError, match=r"ccme.NeuralKernelFoldArm version 3.*ccme.fit"):
-        NeuralKernelFoldArm.from_state(dict(state, version=3))
+    with pytest.raises(FormatError, match=r"ccme.NeuralKernelFoldArm version 4.*ccme.fit"):
+        NeuralKernelFoldArm.from_state(dict(state, version=4))

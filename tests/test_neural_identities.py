@@ -153,10 +153,14 @@ def test_factored_contraction_equals_weights_times_features():
 def small_fits():
     data = ccme.datasets.paper_simulation(300, seed=3)
     opts = dict(epochs=(15, 10), progress=False, validation=0.0, seed=3, propensity="logistic", location=None)
-    return {
+    fits = {
         (method, mode): ccme.fit("y ~ a | x1 + x2 | x3 + x4", data, method=method, mode=mode, **opts)
         for method in ("deep_feature", "neural_kernel") for mode in ("dr", "ipw", "pi", "onestep")
-    }, data
+    }
+    for mode in ("dr", "ipw", "pi", "onestep"):     # the paper's read-out over the grid points themselves
+        fits["neural_kernel_grid", mode] = ccme.fit("y ~ a | x1 + x2 | x3 + x4", data, method="neural_kernel",
+                                                    mode=mode, atoms="grid", **opts)
+    return fits, data
 
 
 def test_deep_feature_density_equals_eq_df_density(small_fits):
@@ -179,12 +183,15 @@ def test_deep_feature_density_equals_eq_df_density(small_fits):
                                    atol=1e-12)
 
 
-def test_neural_kernel_density_equals_eq_nk_density(small_fits):
+@pytest.mark.parametrize("over", ["grid", "outcomes"])
+def test_neural_kernel_density_equals_eq_nk_density(small_fits, over):
+    """Eq. (nk_density), p̂(y | v) = Σ_j f_j(v) k_Y(ỹ_j, y), over the grid (atoms="grid"); over the outcomes, each
+    grid point's kernel replaced by its loadings' mixture of the outcomes' kernels, Σ_k L_kj k_Y(y_k, y)."""
     fits, _ = small_fits
     y = np.linspace(-5, 35, 50)
     newdata = pd.DataFrame({"x1": [0.5, 1.0], "x2": [1.0, 0.0]})
     for mode in ("dr", "ipw", "pi", "onestep"):
-        res = fits["neural_kernel", mode]
+        res = fits["neural_kernel_grid" if over == "grid" else "neural_kernel", mode]
         V = res.design.encode_v(newdata)
         sigma = res.embeddings[0].y_kernel.bandwidth_array[0]  # the arm's read-out
         grid = res.hyperparameters["grid"]
@@ -195,7 +202,14 @@ def test_neural_kernel_density_equals_eq_nk_density(small_fits):
             return out if part.correction is None else out + part.correction(Z).detach().numpy()
 
         assert all((part.correction is not None) == (mode == "dr") for part in parts)
-        expected = sum(f(part) @ naive_gram(grid, y[:, None], sigma) for part in parts) / len(parts)
+        assert all(np.array_equal(part.grid, grid) for part in parts)
+        if over == "grid":
+            assert all(part.atoms is part.grid for part in parts)
+            expected = sum(f(part) @ naive_gram(grid, y[:, None], sigma) for part in parts) / len(parts)
+        else:
+            assert all(len(part.atoms) > len(grid) for part in parts)
+            expected = sum(f(part) @ part.loadings.T @ naive_gram(part.atoms, y[:, None], sigma)
+                           for part in parts) / len(parts)
         np.testing.assert_allclose(res.density(y, newdata=newdata, arm=0, normalize=False), expected, rtol=1e-9,
                                    atol=1e-12)
         atoms, w = res.embeddings[0].weights(v=V)

@@ -217,13 +217,15 @@ def test_auto_reads_out_with_the_chosen_outcome_bandwidth(data, tuned):
     assert all(fixed.embeddings[arm].y_kernel.bandwidth_array[0] == 2.0 for arm in (1, 0))
 
 
-def test_neural_kernel_reads_out_no_narrower_than_half_its_grid_step(data):
+@pytest.mark.parametrize("atoms", ["grid", "outcomes"])
+def test_neural_kernel_reads_out_no_narrower_than_half_its_grid_step(data, atoms):
     """Gaussians narrower than half the step of the M = 6 regular grid points would show the points as ripples
     (ccme.tuning.READOUT_ATOM_FLOOR): the read-out grid starts at half the step, the grid's outcome span / (M − 1)
-    by hand, or within half a factor step above it."""
+    by hand, or within half a factor step above it.  With the grid's weights spread over the outcomes the floor is
+    the same (the grid's step is still the weights' resolution; narrower would draw the outcomes' sample noise)."""
     from ccme.tuning import READOUT_ATOM_FLOOR, Y_BANDWIDTH_FACTORS
 
-    res = _fit(data, method="neural_kernel", location=None)       # a located fit's grid spans its residuals
+    res = _fit(data, method="neural_kernel", location=None, atoms=atoms)  # a located fit's grid spans its residuals
     assert "M = 6 (auto: regular)" in str(res.summary())
     Y = data["y"].to_numpy()
     floor = READOUT_ATOM_FLOOR * (Y.max() - Y.min()) / (6 - 1)

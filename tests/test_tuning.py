@@ -675,14 +675,15 @@ def test_readout_grid_starts_at_its_floor_and_does_not_grow_below_it():
 def test_readout_floor_is_half_the_spacing_of_the_atoms_where_the_outcomes_see_them_densest():
     """:func:`ccme.tuning.readout_floor` against a loop by hand: each outcome strictly inside the atoms' range lies
     in one cell between consecutive distinct atoms (of every arm's folds); the floor is READOUT_ATOM_FLOOR times the
-    READOUT_ATOM_QUANTILE quantile of those cells' widths."""
+    READOUT_ATOM_QUANTILE quantile of those cells' widths.  The atoms are the parts' ``resolution_points`` (their
+    atoms, or a Neural-Kernel grid spread over outcomes)."""
     from types import SimpleNamespace
 
     from ccme import tuning
 
     rng = np.random.default_rng(3)
     grid = np.r_[np.linspace(-4.0, 4.0, 9), np.linspace(-0.2, 0.2, 5)]     # a regular grid and a dense middle
-    arm = lambda atoms: SimpleNamespace(parts=[SimpleNamespace(atoms=a[:, None]) for a in atoms])  # noqa: E731
+    arm = lambda atoms: SimpleNamespace(parts=[SimpleNamespace(resolution_points=a[:, None]) for a in atoms])  # noqa: E731,E501
     embeddings = {1: arm([grid[:10], grid[10:]]), 0: arm([grid])}
     for y in (rng.normal(0.0, 0.1, 201), rng.uniform(-6.0, 6.0, 301)):
         atoms = sorted(set(grid))

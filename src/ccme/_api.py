@@ -288,7 +288,10 @@ def fit(
         (tqdm bar), ``y_kernel``/``y_bandwidth``; Deep Feature also
         ``lam``/``lam0``/``lam1``/``lam1_plugin`` (ΨᵀΨ + nλI) and ``lam_scaling`` ("n" or
         "none"); Neural-Kernel ``grid`` ("auto", "regular", "quantile",
-        "blend", "kmeans", "random" or an array of points).  With them ``n_threads`` sets
+        "blend", "kmeans", "random" or an array of points) and ``atoms``
+        ("outcomes": each grid point's weight spread over the outcomes around
+        it, the default; "grid": the paper's read-out over the points
+        themselves).  With them ``n_threads`` sets
         torch's threads during training (0: one).
     client : dask.distributed.Client or None, default None
         Run the fit on a Dask cluster (``pip install "ccme[dask]"``;

@@ -2241,7 +2241,9 @@ def readout_floor(embeddings: dict, Y: np.ndarray) -> float:
     """The smallest read-out bandwidth worth trying: :data:`READOUT_ATOM_FLOOR` times the atoms' spacing.
 
     The spacing is the width of the cell between consecutive atoms (of every
-    arm's fold-arms) that holds a unit's outcome, its
+    arm's fold-arms; their ``resolution_points``, which for a Neural-Kernel
+    grid spread over outcomes are the grid's points: below half its step the
+    read-out would draw the outcomes' sample noise within a cell) that holds a unit's outcome, its
     :data:`READOUT_ATOM_QUANTILE` quantile over the units whose outcome lies
     between the atoms: the spacing where the atoms lie densest among the
     outcomes (a regular grid's step; a spike's, where a "blend" grid crowds
@@ -2259,7 +2261,8 @@ def readout_floor(embeddings: dict, Y: np.ndarray) -> float:
     float
         The floor (0 with fewer than two distinct atoms, or no outcome strictly between them).
     """
-    atoms = np.unique(np.concatenate([part.atoms[:, 0] for emb in embeddings.values() for part in emb.parts]))
+    atoms = np.unique(np.concatenate([part.resolution_points[:, 0] for emb in embeddings.values()
+                                      for part in emb.parts]))
     y = Y[:, 0]
     inside = y[(y > atoms[0]) & (y < atoms[-1])] if atoms.size > 1 else y[:0]
     if not inside.size:

@@ -295,6 +295,12 @@ class FoldArm(ABC):
     def n_atoms(self) -> int:
         return self.atoms.shape[0]
 
+    @property
+    def resolution_points(self) -> np.ndarray:
+        """The points whose spacing is the estimate's resolution in y (:func:`ccme.tuning.readout_floor`): the atoms,
+        unless they refine coarser points (Neural-Kernel's grid spread over outcomes)."""
+        return self.atoms
+
     def diagnostics(self) -> dict:
         """Numerical facts worth a line in the summary (e.g. Cholesky jitter); empty by default."""
         return {}

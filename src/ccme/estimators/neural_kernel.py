@@ -34,6 +34,17 @@ seeded); ``"random"`` M distinct observed outcomes drawn with the fit's seed;
 those points miss a spike of outcomes, then "blend" (:data:`AUTO_GRID_1D`); or an
 array (M, d_y) of points, whose length then sets M.  All outcomes (both arms)
 are used, so both arms share the grid.
+
+Atoms (``atoms=``): ``"grid"`` reads the density out over the grid points
+themselves, eq. (nk_density), with one read-out bandwidth; ``"outcomes"`` (default)
+spreads each grid point's weight over the arm's second-stage outcomes around
+it (:func:`outcome_loadings`: the grid's hat functions, or the nearest point
+for d_y > 1), so that the embedding is again one over observed outcomes,
+μ̂(v) = Σ_k c_k(v) φ(y_k) with c(v) = L f(v), as the ridge's and Deep
+Feature's are.  The networks and their training are the same; only the atoms
+change, and with them what one read-out bandwidth can draw: within a grid
+cell the estimate takes the outcomes' local shape (a spike narrower than the
+grid's step), across cells the networks' weights.
 """
 
 from __future__ import annotations
@@ -78,7 +89,12 @@ __all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAUL
 #: (0.952, 0.977); 2 over seeds 1-6: 0.946, 10 of 14 case-arms better, 3 worse.  Reported on "report", seeds 1-4:
 #: 0.979, 15 of 30 better, 11 worse; about 14% more fitting time.  By validation loss per fit
 #: (:data:`ccme.tuning.NEURAL_WEIGHT_DECAY_SEARCH`) it was no better (0.952 at seeds 1-2) for 1.5 times the time.
-#: ``benchmarks/results/nk_weight_decay*``.
+#: ``benchmarks/results/nk_weight_decay*``.  Atoms "outcomes" (:func:`outcome_loadings`) rather than the paper's grid:
+#: chosen on "choose" (n = 1000, seeds 1-2, ``benchmarks/tuning_rule.py --setting
+#: "ccme.estimators.neural_kernel.NEURAL_KERNEL_DEFAULTS[atoms]=grid,outcomes" --config neural_kernel --stem
+#: nk_atoms``): 0.892 of the grid's ISE, 9 of 16 case-arms better, 3 worse (nhefs_sex's treated arm 1.13),
+#: spike_tail 0.33 / 0.55; reported on "report": 0.926, 16 of 30 better, 11 worse (at most 1.07), nsw_race 0.54 /
+#: 0.38, nhefs_education's treated arm 0.54; fitting time unchanged.
 NEURAL_KERNEL_DEFAULTS = {
     **NEURAL_DEFAULTS,
     "weight_decay": 2.0,
@@ -86,6 +102,7 @@ NEURAL_KERNEL_DEFAULTS = {
     "grid": "auto",
     "y_kernel": "gaussian",
     "y_bandwidth": "silverman",
+    "atoms": "outcomes",
 }
 
 
@@ -209,6 +226,67 @@ def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
     raise ParameterError(f"`grid` must be 'auto', 'regular', 'quantile', 'kmeans', 'random' or an array; got {rule!r}")
 
 
+def outcome_loadings(grid: np.ndarray, Y: np.ndarray):
+    """Atoms and loadings that spread each grid point's weight over the observed outcomes around it.
+
+    For ``atoms="outcomes"``: the embedding Σ_j f_j(v) φ(ỹ_j) over M grid points
+    becomes Σ_k c_k(v) φ(y_k) over the distinct outcomes, c(v) = L f(v), where
+    column j of L spreads grid point j's unit weight over the outcomes in
+    proportion to their count times h_j(y), h the piecewise-linear "hat"
+    partition of unity of the sorted grid (one-dimensional outcome: h_j is 1
+    at ỹ_j and falls linearly to 0 at its neighbours; outcomes beyond the
+    grid's ends go to the end point), or the indicator of the nearest grid
+    point (d_y > 1).  Within each cell the estimate then takes the local shape
+    of the outcomes' distribution — a spike of outcomes narrower than the
+    grid's step stays a spike, which M points with one read-out bandwidth
+    cannot draw — while the grid's weights, the network's output, set how much
+    mass each cell gets.  Every grid point keeps its mass (the columns of L
+    sum to 1); one with no outcome around it stays an atom itself.
+
+    Parameters
+    ----------
+    grid : ndarray (M, d_y)
+    Y : ndarray (n, d_y)
+        The outcomes the grid was made from.
+
+    Returns
+    -------
+    atoms : ndarray (N, d_y)
+        The distinct outcomes, then the grid points with no outcome around them.
+    loadings : ndarray (N, M)
+
+    Examples
+    --------
+    >>> atoms, L = outcome_loadings(np.array([[0.0], [1.0]]), np.array([[0.0], [0.25], [0.25], [1.0]]))
+    >>> atoms[:, 0].tolist(), L.sum(axis=0).tolist()
+    ([0.0, 0.25, 1.0], [1.0, 1.0])
+    >>> L[:, 1].tolist()        # hat weights 0, 2 × 0.25 and 1, normalised
+    [0.0, 0.3333333333333333, 0.6666666666666666]
+    """
+    values, counts = np.unique(Y, axis=0, return_counts=True)
+    M = len(grid)
+    H = np.zeros((len(values), M))
+    rows = np.arange(len(values))
+    if grid.shape[1] == 1 and M > 1:
+        order = np.argsort(grid[:, 0], kind="stable")
+        g, y = grid[order, 0], values[:, 0]
+        left = np.clip(np.searchsorted(g, y, side="right") - 1, 0, M - 2)
+        width = g[left + 1] - g[left]
+        t = np.clip((y - g[left]) / np.where(width > 0, width, 1.0), 0.0, 1.0) * (width > 0)
+        np.add.at(H, (rows, order[left]), (1.0 - t) * counts)
+        np.add.at(H, (rows, order[left + 1]), t * counts)
+    else:
+        nearest = np.argmin(((values[:, None, :] - grid[None, :, :]) ** 2).sum(axis=2), axis=1)
+        H[rows, nearest] = counts
+    mass = H.sum(axis=0)
+    empty = np.flatnonzero(mass <= 0)
+    loadings = np.zeros((len(values) + len(empty), M))
+    kept = mass > 0
+    loadings[:len(values), kept] = H[:, kept] / mass[kept]
+    loadings[len(values) + np.arange(len(empty)), empty] = 1.0
+    return np.ascontiguousarray(np.vstack([values, grid[empty]])), loadings
+
+
 def _grid_label(prepared, Y) -> str:
     """The grid's rule for the summary; for "auto", the rule it applied and, where not regular, why."""
     rule = prepared["grid_rule"]
@@ -232,13 +310,20 @@ class NeuralKernelFoldArm(FactoredArm):
     (``correction``), on the same standardised V.
     """
 
-    def __init__(self, grid, net, standardizer, history: dict, dtype, device, correction=None):
-        self._atoms = np.ascontiguousarray(grid)
-        self.loadings = np.eye(len(grid))
+    def __init__(self, grid, net, standardizer, history: dict, dtype, device, correction=None, *, atoms=None,
+                 loadings=None):
+        self.grid = np.ascontiguousarray(grid)
+        self._atoms = self.grid if atoms is None else np.ascontiguousarray(atoms)
+        self.loadings = np.eye(len(grid)) if loadings is None else np.ascontiguousarray(loadings)
         self.net, self.standardizer, self.correction = net, standardizer, correction
         self.history = history
         self.jitter = {}
         self._dtype, self._device = dtype, device
+
+    @property
+    def resolution_points(self) -> np.ndarray:
+        """The grid: spread over outcomes, its weights still resolve y no finer than its step."""
+        return self.grid
 
     def coefficients(self, V_eval):
         """f(v), shape (M, n_eval)."""
@@ -248,14 +333,15 @@ class NeuralKernelFoldArm(FactoredArm):
         return f.T
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
-    #: Version 2 adds the correction's network (None when the second stage is not split).
+    #: Version 2 adds the correction's network (None when the second stage is not split); version 3 the atoms and
+    #: loadings (``atoms="outcomes"``; None for the grid's own atoms).
     STATE_SCHEMA = "ccme.NeuralKernelFoldArm"
-    STATE_VERSION = 2
+    STATE_VERSION = 3
 
     def to_state(self) -> dict:
         """The fitted estimator as a versioned state for :mod:`ccme.io`.
 
-        The grid, the network as its weights
+        The grid, the atoms and loadings where they are not the grid's own, the network as its weights
         (:func:`ccme.estimators.training.network_to_arrays`), and the training
         histories as plain dicts keyed by stage (``"1"``, ``"2"``).
         """
@@ -264,10 +350,12 @@ class NeuralKernelFoldArm(FactoredArm):
 
         correction = None if self.correction is None else network_to_arrays(self.correction, self.standardizer,
                                                                             self._dtype, self._device)
-        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, grid=self.atoms,
+        spread = self._atoms is not self.grid
+        return make_state(self.STATE_SCHEMA, self.STATE_VERSION, grid=self.grid,
                           history=_histories_to_state(self.history), jitter=dict(self.jitter),
                           network=network_to_arrays(self.net, self.standardizer, self._dtype, self._device),
-                          correction=correction)
+                          correction=correction, atoms=self._atoms if spread else None,
+                          loadings=self.loadings if spread else None)
 
     @classmethod
     def from_state(cls, state) -> "NeuralKernelFoldArm":
@@ -276,20 +364,30 @@ class NeuralKernelFoldArm(FactoredArm):
         from ..io import check_schema
         from .deep_feature import _histories_from_state, _network_from_state
 
-        keys = ("grid", "history", "jitter", "network")
-        version = check_schema(state, cls.STATE_SCHEMA, (1, cls.STATE_VERSION),
-                               keys=keys if isinstance(state, dict) and state.get("version") == 1
-                               else (*keys, "correction"))
+        keys = {1: ("grid", "history", "jitter", "network")}
+        keys[2] = (*keys[1], "correction")
+        keys[3] = (*keys[2], "atoms", "loadings")
+        stored = state.get("version") if isinstance(state, dict) else None
+        version = check_schema(state, cls.STATE_SCHEMA, range(1, cls.STATE_VERSION + 1),
+                               keys=keys.get(stored, keys[cls.STATE_VERSION]))
         if not isinstance(state["grid"], np.ndarray) or state["grid"].ndim != 2:
             raise FormatError("the stored Neural-Kernel estimator's grid is not a matrix")
         if not isinstance(state["jitter"], dict):
             raise FormatError("the stored Neural-Kernel estimator's jitter is not a dict")
+        spread = {}
+        if version >= 3 and state["atoms"] is not None:
+            atoms, loadings = state["atoms"], state["loadings"]
+            if not (isinstance(atoms, np.ndarray) and isinstance(loadings, np.ndarray) and atoms.ndim == 2
+                    and loadings.shape == (len(atoms), len(state["grid"]))
+                    and atoms.shape[1] == state["grid"].shape[1]):
+                raise FormatError("the stored Neural-Kernel estimator's atoms and loadings do not fit its grid")
+            spread = {"atoms": atoms, "loadings": loadings}
         net, standardizer, dtype, device = _network_from_state(state["network"])
         correction = None
         if version >= 2 and state["correction"] is not None:
             correction, _, _, _ = _network_from_state(state["correction"])
         arm = cls(state["grid"], net, standardizer, _histories_from_state(state["history"]), dtype, device,
-                  correction)
+                  correction, **spread)
         arm.jitter = dict(state["jitter"])
         return arm
 
@@ -354,12 +452,16 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
     label = f"fold {fold_index + 1}, arm {arm}, "
     x_scale, v_scale = input_scale(prepared, "x"), input_scale(prepared, "v")
     in_arm = A[target] == arm
+    spread = {}
+    if prepared.get("atoms", "grid") == "outcomes":
+        # The arm's second-stage outcomes, as the ridge's atoms: never a unit the read-out's criterion holds out.
+        spread = dict(zip(("atoms", "loadings"), outcome_loadings(grid, Y[target[in_arm]])))
     if mode == "onestep":
         rows = target[in_arm]
         net, std, hist = fit_grid_network(V[rows], _kernel_to_grid(Y[rows], grid, kernel), np.full(len(rows), k0),
                                           K_M, settings=settings, stage=1, generator=stage_generator(seed, arm, 1),
                                           label=label, n_threads=n_threads, scale=v_scale)
-        return NeuralKernelFoldArm(grid, net, std, {1: hist}, dtype, device)
+        return NeuralKernelFoldArm(grid, net, std, {1: hist}, dtype, device, **spread)
     a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
     g0 = None
@@ -384,12 +486,18 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
                                                      generator=stage_generator(seed, arm, 2),
                                                      label=label + "correction, ", n_threads=n_threads,
                                                      scale=v_scale)
-        return NeuralKernelFoldArm(grid, net, std, history, dtype, device, correction)
+        return NeuralKernelFoldArm(grid, net, std, history, dtype, device, correction, **spread)
     T, c = pseudo_outcome_targets(a, b, k1, g0, K_M, k0)
     net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
                                             generator=stage_generator(seed, arm, 2), label=label, n_threads=n_threads,
                                             scale=v_scale)
-    return NeuralKernelFoldArm(grid, net, std, history, dtype, device)
+    return NeuralKernelFoldArm(grid, net, std, history, dtype, device, **spread)
+
+
+def _atoms_rule(rule) -> str:
+    if rule not in ("grid", "outcomes"):
+        raise ParameterError(f"`atoms` must be 'grid' or 'outcomes'; got {rule!r}")
+    return rule
 
 
 class NeuralKernelEstimator(NeuralEstimator):
@@ -413,6 +521,7 @@ class NeuralKernelEstimator(NeuralEstimator):
             "grid": grid,
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
             "grid_seed": seed,      # tuning M rebuilds the grid with it (ccme.estimators.neural_tuning)
+            "atoms": _atoms_rule(options["atoms"]),
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
         })
 
@@ -422,7 +531,9 @@ class NeuralKernelEstimator(NeuralEstimator):
                 else f"in {grid.shape[1]} dimensions")
         return [
             ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
-            ("Grid", [("Points", f"M = {prepared['M']} ({_grid_label(prepared, design.Y)}), {span}")]),
+            ("Grid", [("Points", f"M = {prepared['M']} ({_grid_label(prepared, design.Y)}), {span}")]
+             + ([("Read out on", "atoms: outcomes (each point's weight spread over the arm's outcomes around it)")]
+                if prepared.get("atoms") == "outcomes" else [])),
             ("Training", describe_training(prepared["training"], prepared.get("input_kernels"))
              + training_rows(embeddings)),
         ]

@@ -401,8 +401,9 @@ def paper_options(method: str, n: int) -> dict:
     batch, learning rate κ·n/200 (κ = 2e-4 for Deep Feature, 4e-4 for
     Neural-Kernel), epochs (6000, 1000) and (16000, 500), outcome bandwidth
     2, λ₀ = λ₁ = 20 added unscaled (ΨᵀΨ + λI, as the paper's reference code
-    does), no input standardisation, no validation split, no weight decay.  The reference code
-    also clips the propensity at [0.1, 0.9]: pass ``clip=0.1`` to
+    does), no input standardisation, no validation split, no weight decay,
+    and Neural-Kernel read out over its grid points (``atoms="grid"``).  The
+    reference code also clips the propensity at [0.1, 0.9]: pass ``clip=0.1`` to
     :func:`ccme.fit` for the same.
 
     The Deep Feature loss here uses the normalised outcome kernel, the
@@ -420,7 +421,7 @@ def paper_options(method: str, n: int) -> dict:
         kappa = 2e-4 * np.sqrt(2 * np.pi) * 2.0
         return {**common, "lr": kappa * n / 200, "epochs": (6000, 1000), "lam": 20.0, "lam_scaling": "none"}
     if method == "neural_kernel":
-        return {**common, "lr": 4e-4 * n / 200, "epochs": (16000, 500), "grid": "regular"}
+        return {**common, "lr": 4e-4 * n / 200, "epochs": (16000, 500), "grid": "regular", "atoms": "grid"}
     raise ParameterError(f"`method` must be 'deep_feature' or 'neural_kernel'; got {method!r}")
 
 
