@@ -10,7 +10,8 @@
 # - `method="deep_feature"`: neural feature maps ψ(v) with M outputs and the
 #   closed-form ridge operator on top; O(n M²) per epoch.
 # - `method="neural_kernel"`: a network f(v) giving the weights of M outcome
-#   grid points; no matrix inversion at all.
+#   grid points, each spread over the outcomes around it; no matrix inversion
+#   at all.
 #
 # The paper's advice is to let the sample size decide: ridge has the smallest
 # variance and the fewest tuning choices, the neural estimators scale to
@@ -93,9 +94,11 @@ fig.tight_layout()
 # On this simulation, with the defaults, the error of every estimator falls
 # with n, and the neural estimators' faster.  Ridge goes from ISE 0.0100 at
 # n = 500 to 0.0033 at n = 4000, Deep Feature from 0.0101 to 0.0019 and
-# Neural-Kernel from 0.0109 to 0.0018: about ridge's error at n = 500 (1.01
-# and 1.09 times it), 0.49 and 0.68 times it at n = 1000 and 0.55–0.58 times
-# it at n = 4000.  Their fits compare a location stage (a linear mean of
+# Neural-Kernel from 0.0100 to 0.0020: about ridge's error at n = 500 (1.01
+# and 1.00 times it), 0.49 and 0.65 times it at n = 1000 and 0.58 and 0.61
+# times it at n = 4000 (Neural-Kernel read out over its grid points, before
+# its atoms became the outcomes: 0.0109, 0.0051, 0.0028 and 0.0018 at the four
+# sizes; README, "Neural-Kernel's atoms").  Their fits compare a location stage (a linear mean of
 # the outcome in V, the embedding fitted to the residual) with the plain
 # fit and keep the better by the read-out criterion, which Deep Feature's
 # error at n = 1000 and 2000 owes to (0.0050 and 0.0028 before; README,
@@ -111,7 +114,7 @@ fig.tight_layout()
 # networks' variance down; both average three repetitions of the cross-fit,
 # though they still add the randomness of initialisation and early stopping
 # (the paper's Section "Qualitative Assessment").  They are slower than
-# ridge at these sizes (Neural-Kernel about 6 to 25 s, Deep Feature 11 to 98 s,
+# ridge at these sizes (Neural-Kernel about 7 to 30 s, Deep Feature 14 to 116 s,
 # against 1 to 4 s): the relevance search is the ridge's tuning, the
 # training comes on top, and both the plain and the located fit are trained
 # (at n = 2000, seed 1, Deep Feature takes 25 s with `location=None` and
