@@ -330,6 +330,19 @@ def test_outcome_atoms_keep_the_networks_and_spread_their_weights(data):
         _fit(data, "neural_kernel", atoms="quantiles")
 
 
+def test_correction_decay_factor_scales_only_the_correction_networks_decay(monkeypatch):
+    """CORRECTION_DECAY_FACTOR (measured, default 1: the same settings object) multiplies the second stage's weight
+    decay for the split stage's correction network and leaves the first stage's."""
+    from ccme.estimators import neural_kernel as nk
+    from ccme.estimators.training import resolve_training
+
+    settings = resolve_training({**nk.NEURAL_KERNEL_DEFAULTS, "weight_decay": (1.0, 2.0)})
+    assert nk._correction_settings(settings) is settings
+    monkeypatch.setattr(nk, "CORRECTION_DECAY_FACTOR", 4.0)
+    changed = nk._correction_settings(settings)
+    assert changed.weight_decay == (1.0, 8.0) and changed.hidden == settings.hidden and changed.lr == settings.lr
+
+
 def test_without_torch_neural_methods_say_how_to_install(data, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)   # makes `import torch` raise ImportError
     for method in ("deep_feature", "neural_kernel"):

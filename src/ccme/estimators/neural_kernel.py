@@ -422,6 +422,25 @@ def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_th
     return net, standardizer, history
 
 
+#: The correction network's weight decay as a multiple of the second stage's (:func:`_correction_settings`): shrinking
+#: the noisy correction harder, as the ridge's split stage penalises it apart.  Measured and not adopted (n = 1000,
+#: seeds 1-2, outcome atoms; ``benchmarks/tuning_rule.py --setting
+#: ccme.estimators.neural_kernel.CORRECTION_DECAY_FACTOR=1.0,4.0,10.0 --config neural_kernel --stem
+#: nk_correction_decay``): 0.953 / 0.953 on "choose" (8 of 16 case-arms better, 6 / 8 worse; spike_tail 0.82 / 0.61)
+#: but 1.049 / 1.068 on "report" (15 / 18 of 30 worse: nhefs_education's treated arm 2.4 / 1.7, ordinal_v 1.24 / 1.42).
+CORRECTION_DECAY_FACTOR = 1.0
+
+
+def _correction_settings(settings):
+    """The split second stage's correction network's training settings: its weight decay × CORRECTION_DECAY_FACTOR."""
+    if CORRECTION_DECAY_FACTOR == 1.0:
+        return settings
+    import dataclasses
+
+    first, second = settings.weight_decay
+    return dataclasses.replace(settings, weight_decay=(first, second * CORRECTION_DECAY_FACTOR))
+
+
 def pseudo_outcome_targets(a, b, k1, g0, K_M, k0):
     """Per-unit targets b_i = ⟨φ(ỹ_j), ξ_i⟩_j and constants ‖ξ_i‖² of ξ_i = a_i φ(y_i) + b_i Σ_j g0_ij φ(ỹ_j).
 
@@ -482,7 +501,8 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
         net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
                                                 generator=stage_generator(seed, arm, 3), label=label,
                                                 n_threads=n_threads, scale=v_scale)
-        correction, _, history[3] = fit_grid_network(V[target], Tc, cc, K_M, settings=settings, stage=2,
+        correction, _, history[3] = fit_grid_network(V[target], Tc, cc, K_M, settings=_correction_settings(settings),
+                                                     stage=2,
                                                      generator=stage_generator(seed, arm, 2),
                                                      label=label + "correction, ", n_threads=n_threads,
                                                      scale=v_scale)
