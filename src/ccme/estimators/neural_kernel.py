@@ -247,7 +247,7 @@ def outcome_loadings(grid: np.ndarray, Y: np.ndarray):
     ----------
     grid : ndarray (M, d_y)
     Y : ndarray (n, d_y)
-        The outcomes the grid was made from.
+        The outcomes to spread the weights over (in a fit, the arm's second-stage outcomes of the fold).
 
     Returns
     -------
@@ -307,7 +307,10 @@ class NeuralKernelFoldArm(FactoredArm):
 
     With a split second stage (:data:`SPLIT_SECOND_STAGE`) f = f_p + f_c, the
     networks of the plug-in part (``net``) and of the correction
-    (``correction``), on the same standardised V.
+    (``correction``), on the same standardised V.  The atoms are the grid
+    (loadings I) or, with ``atoms`` and ``loadings`` given
+    (:func:`outcome_loadings`), outcomes that the grid's weights are spread
+    over: c(v) = L f(v).
     """
 
     def __init__(self, grid, net, standardizer, history: dict, dtype, device, correction=None, *, atoms=None,
