@@ -663,23 +663,26 @@ def test_neural_kernel_fold_arm_round_trip(tmp_path):
 
 
 def test_neural_kernel_fold_arm_over_outcomes_round_trip(tmp_path):
-    """``atoms="outcomes"``: the atoms and loadings come back bit for bit and give the same weights; loadings that
-    do not fit the grid are named."""
-    from ccme.estimators.neural_kernel import NeuralKernelFoldArm, outcome_loadings
+    """``atoms="outcomes"``: the state keeps the outcomes the grid's weights are spread over, and the atoms and
+    loadings recomputed from them come back bit for bit and give the same weights; outcomes that do not fit the
+    grid are named."""
+    from ccme.estimators.neural_kernel import NeuralKernelFoldArm
 
     net, standardizer, dtype = _network(2, 7)
     grid = np.linspace(-2, 2, 7)[:, None]
-    atoms, loadings = outcome_loadings(grid, np.random.default_rng(2).normal(size=(40, 1)))
-    arm = NeuralKernelFoldArm(grid, net, standardizer, {2: _history(4)}, dtype, "cpu", atoms=atoms,
-                              loadings=loadings)
+    outcomes = np.random.default_rng(2).normal(size=(40, 1))
+    arm = NeuralKernelFoldArm(grid, net, standardizer, {2: _history(4)}, dtype, "cpu", spread_over=outcomes)
+    assert len(arm.atoms) == 40
     back = _round_trip(arm, tmp_path)
+    for name in ("atoms", "loadings", "spread_over"):
+        _assert_identical(getattr(arm, name), getattr(back, name), name)
     V_eval = np.random.default_rng(6).normal(size=(11, 2))
     for got, want in zip(back.weights(V_eval), arm.weights(V_eval)):
         _assert_identical(want, got, "weights")
     _assert_identical(arm.grid, back.grid, "grid")
     state = arm.to_state()
-    with pytest.raises(FormatError, match="atoms and loadings do not fit"):
-        NeuralKernelFoldArm.from_state(dict(state, loadings=loadings[:, :3]))
+    with pytest.raises(FormatError, match=r"outcomes \(spread_over\) do not fit"):
+        NeuralKernelFoldArm.from_state(dict(state, spread_over=np.zeros((5, 2))))
 
 
 def test_split_neural_kernel_fold_arm_round_trip_and_version_one(tmp_path):
@@ -696,7 +699,7 @@ def test_split_neural_kernel_fold_arm_round_trip_and_version_one(tmp_path):
     _assert_identical(arm.coefficients(V_eval), back.coefficients(V_eval), "coefficients")
     assert back.history == arm.history and list(back.history) == [2, 3]
     single = NeuralKernelFoldArm(grid, net, standardizer, {2: _history(4)}, dtype, "cpu")
-    old = {k: v for k, v in single.to_state().items() if k not in ("correction", "atoms", "loadings")}
+    old = {k: v for k, v in single.to_state().items() if k not in ("correction", "spread_over")}
     loaded = NeuralKernelFoldArm.from_state(dict(old, version=1))
     assert loaded.correction is None
     _assert_identical(single.coefficients(V_eval), loaded.coefficients(V_eval), "coefficients")

@@ -308,16 +308,19 @@ class NeuralKernelFoldArm(FactoredArm):
     With a split second stage (:data:`SPLIT_SECOND_STAGE`) f = f_p + f_c, the
     networks of the plug-in part (``net``) and of the correction
     (``correction``), on the same standardised V.  The atoms are the grid
-    (loadings I) or, with ``atoms`` and ``loadings`` given
-    (:func:`outcome_loadings`), outcomes that the grid's weights are spread
-    over: c(v) = L f(v).
+    (loadings I) or, with ``spread_over`` given (the arm's second-stage
+    outcomes), those outcomes, the grid's weights spread over them:
+    c(v) = L f(v), (atoms, L) = :func:`outcome_loadings` (grid, spread_over).
     """
 
-    def __init__(self, grid, net, standardizer, history: dict, dtype, device, correction=None, *, atoms=None,
-                 loadings=None):
+    def __init__(self, grid, net, standardizer, history: dict, dtype, device, correction=None, *,
+                 spread_over=None):
         self.grid = np.ascontiguousarray(grid)
-        self._atoms = self.grid if atoms is None else np.ascontiguousarray(atoms)
-        self.loadings = np.eye(len(grid)) if loadings is None else np.ascontiguousarray(loadings)
+        self.spread_over = None if spread_over is None else np.ascontiguousarray(spread_over, dtype=np.float64)
+        if self.spread_over is None:
+            self._atoms, self.loadings = self.grid, np.eye(len(grid))
+        else:
+            self._atoms, self.loadings = outcome_loadings(self.grid, self.spread_over)
         self.net, self.standardizer, self.correction = net, standardizer, correction
         self.history = history
         self.jitter = {}
@@ -336,15 +339,16 @@ class NeuralKernelFoldArm(FactoredArm):
         return f.T
 
     #: Schema name and version of :meth:`to_state` (raise the version whenever the state changes).
-    #: Version 2 adds the correction's network (None when the second stage is not split); version 3 the atoms and
-    #: loadings (``atoms="outcomes"``; None for the grid's own atoms).
+    #: Version 2 adds the correction's network (None when the second stage is not split); version 3 the outcomes
+    #: the grid's weights are spread over (``atoms="outcomes"``; None for the grid's own atoms), from which the atoms
+    #: and loadings are recomputed exactly (a column of outcomes, not an N × M matrix, in the file).
     STATE_SCHEMA = "ccme.NeuralKernelFoldArm"
     STATE_VERSION = 3
 
     def to_state(self) -> dict:
         """The fitted estimator as a versioned state for :mod:`ccme.io`.
 
-        The grid, the atoms and loadings where they are not the grid's own, the network as its weights
+        The grid, the outcomes its weights are spread over (or None), the network as its weights
         (:func:`ccme.estimators.training.network_to_arrays`), and the training
         histories as plain dicts keyed by stage (``"1"``, ``"2"``).
         """
@@ -353,12 +357,10 @@ class NeuralKernelFoldArm(FactoredArm):
 
         correction = None if self.correction is None else network_to_arrays(self.correction, self.standardizer,
                                                                             self._dtype, self._device)
-        spread = self._atoms is not self.grid
         return make_state(self.STATE_SCHEMA, self.STATE_VERSION, grid=self.grid,
                           history=_histories_to_state(self.history), jitter=dict(self.jitter),
                           network=network_to_arrays(self.net, self.standardizer, self._dtype, self._device),
-                          correction=correction, atoms=self._atoms if spread else None,
-                          loadings=self.loadings if spread else None)
+                          correction=correction, spread_over=self.spread_over)
 
     @classmethod
     def from_state(cls, state) -> "NeuralKernelFoldArm":
@@ -369,7 +371,7 @@ class NeuralKernelFoldArm(FactoredArm):
 
         keys = {1: ("grid", "history", "jitter", "network")}
         keys[2] = (*keys[1], "correction")
-        keys[3] = (*keys[2], "atoms", "loadings")
+        keys[3] = (*keys[2], "spread_over")
         stored = state.get("version") if isinstance(state, dict) else None
         version = check_schema(state, cls.STATE_SCHEMA, range(1, cls.STATE_VERSION + 1),
                                keys=keys.get(stored, keys[cls.STATE_VERSION]))
@@ -377,20 +379,16 @@ class NeuralKernelFoldArm(FactoredArm):
             raise FormatError("the stored Neural-Kernel estimator's grid is not a matrix")
         if not isinstance(state["jitter"], dict):
             raise FormatError("the stored Neural-Kernel estimator's jitter is not a dict")
-        spread = {}
-        if version >= 3 and state["atoms"] is not None:
-            atoms, loadings = state["atoms"], state["loadings"]
-            if not (isinstance(atoms, np.ndarray) and isinstance(loadings, np.ndarray) and atoms.ndim == 2
-                    and loadings.shape == (len(atoms), len(state["grid"]))
-                    and atoms.shape[1] == state["grid"].shape[1]):
-                raise FormatError("the stored Neural-Kernel estimator's atoms and loadings do not fit its grid")
-            spread = {"atoms": atoms, "loadings": loadings}
+        spread_over = state["spread_over"] if version >= 3 else None
+        if spread_over is not None and not (isinstance(spread_over, np.ndarray) and spread_over.ndim == 2
+                                            and spread_over.shape[1] == state["grid"].shape[1]):
+            raise FormatError("the stored Neural-Kernel estimator's outcomes (spread_over) do not fit its grid")
         net, standardizer, dtype, device = _network_from_state(state["network"])
         correction = None
         if version >= 2 and state["correction"] is not None:
             correction, _, _, _ = _network_from_state(state["correction"])
         arm = cls(state["grid"], net, standardizer, _histories_from_state(state["history"]), dtype, device,
-                  correction, **spread)
+                  correction, spread_over=spread_over)
         arm.jitter = dict(state["jitter"])
         return arm
 
@@ -477,7 +475,7 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
     spread = {}
     if prepared.get("atoms", "grid") == "outcomes":
         # The arm's second-stage outcomes, as the ridge's atoms: never a unit the read-out's criterion holds out.
-        spread = dict(zip(("atoms", "loadings"), outcome_loadings(grid, Y[target[in_arm]])))
+        spread = {"spread_over": Y[target[in_arm]]}
     if mode == "onestep":
         rows = target[in_arm]
         net, std, hist = fit_grid_network(V[rows], _kernel_to_grid(Y[rows], grid, kernel), np.full(len(rows), k0),
