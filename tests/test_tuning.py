@@ -730,3 +730,26 @@ def test_fit_on_a_spike_of_outcomes_reads_out_below_the_default_grid():
         res = ccme.fit("y ~ a | x1 | x2", data, seed=1, tune={"y_bandwidth": grid})
         lengths = {len(c.values) for c in res.tuning.curves if c.parameter == "y_bandwidth"}
         assert (min(lengths) > len(grid)) if grows else lengths == {len(grid)}
+
+
+def test_a_readout_choice_at_the_floor_is_named_not_advised_below():
+    """note_edges: σ_y chosen at the smallest value of a floored default grid says it sits at the read-out floor
+    (advising smaller factors would undo the floor); the same choice without a floor, or a smallest value more than
+    half a grid step above the floor, keeps the usual advice to extend the grid."""
+    from ccme.tuning import Y_BANDWIDTH_FACTORS, TuningCurve, TuningReport, note_edges
+
+    step = Y_BANDWIDTH_FACTORS[1] / Y_BANDWIDTH_FACTORS[0]
+    values = 0.4 * step ** np.arange(5.0)
+
+    def notes(floor):
+        report = TuningReport(curves=[TuningCurve("y_bandwidth", values, np.arange(5.0), "ISE-CV", values[0], arm=0)])
+        note_edges(report, floor=floor)
+        return report.notes
+
+    at_floor = notes(0.4)
+    assert len(at_floor) == 1 and "at the read-out floor 0.4" in at_floor[0] and "consider" not in at_floor[0]
+    (below,) = notes(0.4 / step ** 0.4)                      # _floored kept a factor less than half a step above
+    assert "at the read-out floor" in below and "consider" not in below
+    for floor in (0.0, 0.4 / step):      # no floor; the floor a whole step below the grid
+        (note,) = notes(floor)
+        assert "consider extending the grid" in note and "floor" not in note

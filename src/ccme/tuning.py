@@ -2379,20 +2379,23 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
         report.notes.append("the outcome bandwidth is tuned for a one-dimensional outcome only; the rule was kept")
         return embeddings
     started = time.perf_counter()
+    floor = 0.0     # only the default grid is floored
     if report.pending_readout is not None:  # chosen by tune_ridge on the fit's Nyström proxy
         (chosen, curves), report.pending_readout = report.pending_readout, None
     else:
         base = embeddings[data.design.arms[0]].y_kernel
+        if grids["y_bandwidth"] is Y_BANDWIDTH_FACTORS:
+            floor = readout_floor(embeddings, data.design.Y)
         chosen, curves = _extending_downwards(
             lambda factors: tune_outcome_bandwidth(
                 embeddings=embeddings, design=data.design, folds=folds, scores=data.scores,
                 base=base, factors=factors, seed=seed,
                 n_threads=data.n_threads, weighted=_readout_weighted(data.mode),
                 sampling_weights=getattr(data, "sampling_weights", None)),
-            grids["y_bandwidth"], readout_floor(embeddings, data.design.Y) / float(base.bandwidth_array[0]))
+            grids["y_bandwidth"], floor / float(base.bandwidth_array[0]))
     report.curves.extend(curves)
     report.chosen["y_bandwidth"] = {arm: float(k.bandwidth_array[0]) for arm, k in chosen.items()}
-    note_edges(report, data.design.treatment)
+    note_edges(report, data.design.treatment, floor)
     report.seconds += time.perf_counter() - started
     return {arm: embeddings[arm].with_readout(kernel) for arm, kernel in chosen.items()}
 
@@ -2451,10 +2454,12 @@ def distribution_readout(embeddings: dict, design) -> dict:
             for arm, emb in embeddings.items()}
 
 
-def note_edges(report: TuningReport, treatment=None) -> None:
+def note_edges(report: TuningReport, treatment=None, floor: float = 0.0) -> None:
     """Say when a choice sits at the edge of its grid (the optimum may lie beyond it).
 
-    ``treatment`` (:class:`ccme.formula.Treatment`) names the arms; None: treated/control.
+    ``treatment`` (:class:`ccme.formula.Treatment`) names the arms; None: treated/control.  ``floor``: the
+    read-out floor (:func:`readout_floor`) the default σ_y grid was cut at; a read-out choice at it says so
+    instead of advising a smaller grid, which would undo the floor.
     """
     for c in report.curves:
         values = np.asarray(c.values)
@@ -2471,6 +2476,11 @@ def note_edges(report: TuningReport, treatment=None) -> None:
             direction = "smaller" if side == "smallest" else "larger"
             note = (f"{c.parameter}{arm} chose the {side} value of its grid ({c.chosen:.3g}); consider extending the "
                     f"grid: tune={{'{c.parameter}': [...]}} with {direction} {what}")
+            step = Y_BANDWIDTH_FACTORS[1] / Y_BANDWIDTH_FACTORS[0]
+            if c.parameter == "y_bandwidth" and side == "smallest" and 0 < floor and c.chosen <= floor * np.sqrt(step):
+                note = (f"y_bandwidth{arm} chose its smallest value ({c.chosen:.3g}), at the read-out floor {floor:.3g}: "
+                        f"half the spacing of the embedding's points where the outcomes lie densest "
+                        f"(ccme.tuning.readout_floor); narrower, the read-out would draw those points, not the law")
             if note not in report.notes:
                 report.notes.append(note)
 
