@@ -217,7 +217,12 @@ def fit(
         first-stage outcome model (default: all of X).  Lets a user misspecify
         either nuisance on purpose, as the paper's experiments do.
     n_threads : int, default 0
-        Threads of the compiled core (0: OpenMP's default).
+        Threads of the compiled core (0: OpenMP's default); its results do
+        not depend on them.  The neural estimators also train with torch's
+        pool of that size (0: one thread), whose multi-threaded reductions
+        round differently from one thread's: their fits agree across thread
+        counts to rounding, not bit for bit (keep 0 for bit-reproducible
+        neural fits).
     tune : "auto", "none" or dict, default "auto"
         Automatic hyperparameter selection (see :mod:`ccme.tuning`).  "auto"
         (ridge): λ₀ and λ₁ by leave-one-out cross-validation of the
