@@ -2461,6 +2461,8 @@ def note_edges(report: TuningReport, treatment=None, floor: float = 0.0) -> None
     read-out floor (:func:`readout_floor`) the default σ_y grid was cut at; a read-out choice at it says so
     instead of advising a smaller grid, which would undo the floor.
     """
+    # A floored default grid starts at the floor or less than half its step above it (_floored).
+    at_floor = floor * np.sqrt(Y_BANDWIDTH_FACTORS[1] / Y_BANDWIDTH_FACTORS[0])
     for c in report.curves:
         values = np.asarray(c.values)
         if c.group is not None:  # a coordinate search's few points around its choice, no grid
@@ -2476,8 +2478,7 @@ def note_edges(report: TuningReport, treatment=None, floor: float = 0.0) -> None
             direction = "smaller" if side == "smallest" else "larger"
             note = (f"{c.parameter}{arm} chose the {side} value of its grid ({c.chosen:.3g}); consider extending the "
                     f"grid: tune={{'{c.parameter}': [...]}} with {direction} {what}")
-            step = Y_BANDWIDTH_FACTORS[1] / Y_BANDWIDTH_FACTORS[0]
-            if c.parameter == "y_bandwidth" and side == "smallest" and 0 < floor and c.chosen <= floor * np.sqrt(step):
+            if c.parameter == "y_bandwidth" and side == "smallest" and c.chosen <= at_floor:
                 note = (f"y_bandwidth{arm} chose its smallest value ({c.chosen:.3g}), at the read-out floor {floor:.3g}: "
                         f"half the spacing of the embedding's points where the outcomes lie densest "
                         f"(ccme.tuning.readout_floor); narrower, the read-out would draw those points, not the law")

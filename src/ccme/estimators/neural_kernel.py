@@ -49,6 +49,8 @@ grid's step), across cells the networks' weights.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import _backend
@@ -436,8 +438,6 @@ def _correction_settings(settings):
     """The split second stage's correction network's training settings: its weight decay × CORRECTION_DECAY_FACTOR."""
     if CORRECTION_DECAY_FACTOR == 1.0:
         return settings
-    import dataclasses
-
     first, second = settings.weight_decay
     return dataclasses.replace(settings, weight_decay=(first, second * CORRECTION_DECAY_FACTOR))
 
