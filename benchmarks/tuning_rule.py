@@ -63,7 +63,8 @@ def parse_setting(text: str) -> tuple[str, str, str | None, list]:
             raise SystemExit(f"{name} is a flag: give True/False (or 1/0); got {values!r}")
         return module, name, key, [flags[v.lower()] for v in values.split(",")]
     if isinstance(current, tuple):      # a grid: values separated by ";", each a space-separated list
-        return module, name, key, [tuple(float(x) for x in v.split()) for v in values.split(";")]
+        number = int if current and all(isinstance(x, int) for x in current) else float  # layer widths stay ints
+        return module, name, key, [tuple(number(x) for x in v.split()) for v in values.split(";")]
     kind = type(current) if isinstance(current, (int, float, str)) else float
 
     def typed(v):   # a named value of a numeric setting (e.g. "readout") stays a string
