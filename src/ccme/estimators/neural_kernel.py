@@ -99,8 +99,9 @@ __all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAUL
 #: 0.38, nhefs_education's treated arm 0.54; fitting time unchanged.  Wider hidden layers than the paper's 2 × 20
 #: measured and not adopted (``--setting "...NEURAL_KERNEL_DEFAULTS[hidden]=20 20;35 35;50 50" --stem nk_hidden``,
 #: n = 1000): on "choose" at seeds 1-4, 35 × 35 0.960 and 50 × 50 0.979 (mixed_v 1.6 / 1.4 under both, weak_overlap
-#: 0.65-0.79), per-seed 95% intervals 0.82-1.07 and 0.85-1.11; on "report" at seeds 1-2 1.009 and 0.945; 80 × 80
-#: 0.913 on "choose" at seeds 1-2.  No width separates from the seeds' noise.
+#: 0.65-0.79), per-seed 95% intervals 0.82-1.07 and 0.85-1.11; 35 × 35 at seeds 1-6 0.977 (0.88-1.06; mixed_v 1.31 /
+#: 1.24); on "report" at seeds 1-2 1.009 and 0.945; 80 × 80 0.913 on "choose" at seeds 1-2.  No width separates
+#: from the seeds' noise.
 NEURAL_KERNEL_DEFAULTS = {
     **NEURAL_DEFAULTS,
     "weight_decay": 2.0,
