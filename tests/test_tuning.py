@@ -819,3 +819,32 @@ def test_bivariate_outcome_with_a_laplace_readout_keeps_the_rule():
     res = ccme.fit("y1 + y2 ~ a | v | w", data, seed=3, y_kernel="laplace")
     assert not [c for c in res.tuning.curves if c.parameter == "y_bandwidth"]
     assert any("Gaussian read-out kernel only" in n for n in res.tuning.notes)
+
+
+def test_a_multivariate_readout_criterion_scores_fewer_units_where_the_atoms_are_many(monkeypatch):
+    """_square_units keeps K² × units within _SQUARE_WORK (at least _SQUARE_MIN_UNITS, at most all); a fit held to
+    the minimum, 10, scores 10 distinct units per fold and arm, and its criterion is their terms summed."""
+    from ccme import tuning
+
+    assert tuning._square_units(100, 1000) == 1000
+    assert tuning._square_units(2000, 1000) == int(tuning._SQUARE_WORK // 2000**2)
+    assert tuning._square_units(10**6, 1000) == tuning._SQUARE_MIN_UNITS
+    assert tuning._square_units(10**6, 40) == 40
+    monkeypatch.setattr(tuning, "_SQUARE_MIN_UNITS", 10)
+    monkeypatch.setattr(tuning, "_SQUARE_WORK", 1)     # any atoms: the minimum
+    res = ccme.fit("y1 + y2 ~ a | v | w", _bivariate_data(), seed=3, tune={"lam1": (0.05,), "y_bandwidth": (0.7, 1.0)},
+                   lam0=0.02, lam1_plugin=0.05)
+    for curve in (c for c in res.tuning.curves if c.parameter == "y_bandwidth"):
+        units, terms = curve.held
+        assert len(units) == 2 * 10 and len(np.unique(units)) == len(units) == len(terms)
+        assert curve.criterion[curve.values == curve.chosen][0] == pytest.approx(terms.sum(), rel=1e-12)
+
+
+def test_a_multivariate_outcome_with_too_many_atoms_keeps_the_rule(monkeypatch):
+    from ccme import tuning
+
+    monkeypatch.setattr(tuning, "_SQUARE_MAX_ATOMS", 20)
+    res = ccme.fit("y1 + y2 ~ a | v | w", _bivariate_data(), seed=3)
+    assert not [c for c in res.tuning.curves if c.parameter == "y_bandwidth"]
+    assert any("up to 20 atoms per fold and arm" in n and "the rule was kept" in n for n in res.tuning.notes)
+    assert "y_bandwidth" not in res.tuning.chosen

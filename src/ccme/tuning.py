@@ -2340,13 +2340,18 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
             if held.size == 0:
                 continue
             chosen = np.sort(rng.choice(held, size=min(_ISE_UNITS, held.size), replace=False))
+            atoms, c = part.weights(design.V[chosen], n_threads=n_threads)
+            if Y.shape[1] > 1:      # ∫p̂² costs K² per unit (integrated_square): fewer units where K is large
+                keep = _square_units(len(atoms), len(chosen))
+                if keep < len(chosen):
+                    sub = np.sort(rng.choice(len(chosen), size=keep, replace=False))
+                    chosen, c = chosen[sub], c[:, sub]
             units.append(chosen)
             omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
             if sampling_weights is not None:
                 omega = sampling_weights[chosen] * omega
             # Each chosen unit stands for held.size / chosen.size arm units of the held-out part.
             scale = held.size / chosen.size / len(fold.nuisance) / len(folds)
-            atoms, c = part.weights(design.V[chosen], n_threads=n_threads)
             # A held-out unit can be an atom of the fold's first stage (its own
             # outcome, weighted through μ̂₀): leave that atom out of its own
             # evaluation, or the criterion rewards interpolating it.
@@ -2377,6 +2382,24 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
 #: Rows of the self-convolution matrix :func:`integrated_square` builds at a time (a block of 2048 rows of 5000
 #: atoms is 80 MB), so that an outcome of d_y > 1 with many atoms does not hold the whole K × K matrix.
 _SQUARE_BLOCK = 2048
+
+
+#: The read-out criterion of a multivariate outcome scores at most as many held-out units per fold and arm as keep
+#: K² × units (the multiply-adds of :func:`integrated_square` per bandwidth, K the fold-arm's atoms) within this
+#: budget, and at least :data:`_SQUARE_MIN_UNITS` (or all held ones).  Measured: at n = 8000 (the zoo's bivariate
+#: case, ridge, K ≈ 2000, one thread) all 1000 units took 57 of the fit's 64 s.
+_SQUARE_WORK = 1e9
+_SQUARE_MIN_UNITS = 150
+
+#: Above this many atoms in a fold-arm a multivariate outcome keeps the rule's read-out bandwidth (with a note):
+#: each bandwidth's Gram matrix of the atoms costs K² kernel evaluations whatever the units.  At n = 8000 (K ≈ 2000)
+#: the tuning took 20 s of the fit's 21 s against about 7 s with the rule; at n = 20000 (K ≈ 5000) 72 of 81 s.
+_SQUARE_MAX_ATOMS = 2500
+
+
+def _square_units(n_atoms: int, n_units: int) -> int:
+    """How many held-out units a multivariate outcome's read-out criterion scores (:data:`_SQUARE_WORK`)."""
+    return int(min(n_units, max(_SQUARE_MIN_UNITS, _SQUARE_WORK // max(n_atoms, 1) ** 2)))
 
 
 def integrated_square(atoms: np.ndarray, c: np.ndarray, bandwidth, n_threads: int = 0) -> np.ndarray:
@@ -2415,12 +2438,20 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
     Adds the curves, choices and time to ``report``; returns new embeddings
     ({arm: Embedding}) sharing the fitted weights (σ_y does not change them).
     """
-    if data.design.Y.shape[1] != 1 and embeddings[data.design.arms[0]].y_kernel.name != "gaussian":
-        # ∫ p̂² has a closed form for d_y > 1 with the Gaussian only (the Laplace density kernel is radial, not a
-        # product), and a quadrature over a grid per dimension is what the closed form avoids.
-        report.notes.append("the outcome bandwidth of a multivariate outcome is tuned with the Gaussian read-out "
-                            "kernel only; the rule was kept")
-        return embeddings
+    if data.design.Y.shape[1] != 1:
+        if embeddings[data.design.arms[0]].y_kernel.name != "gaussian":
+            # ∫ p̂² has a closed form for d_y > 1 with the Gaussian only (the Laplace density kernel is radial, not a
+            # product), and a quadrature over a grid per dimension is what the closed form avoids.
+            report.notes.append("the outcome bandwidth of a multivariate outcome is tuned with the Gaussian read-out "
+                                "kernel only; the rule was kept")
+            return embeddings
+        atoms = max(part.weights(data.design.V[:1], n_threads=data.n_threads)[0].shape[0]
+                    for emb in embeddings.values() for part in emb.parts)
+        if atoms > _SQUARE_MAX_ATOMS:
+            report.notes.append(f"the outcome bandwidth of a multivariate outcome is tuned up to "
+                                f"{_SQUARE_MAX_ATOMS} atoms per fold and arm (its criterion costs their square); "
+                                f"this fit has {atoms}, so the rule was kept")
+            return embeddings
     started = time.perf_counter()
     floor = 0.0     # only the default grid of a one-dimensional outcome is floored (readout_floor)
     if report.pending_readout is not None:  # chosen by tune_ridge on the fit's Nyström proxy
