@@ -2387,13 +2387,14 @@ _SQUARE_BLOCK = 2048
 #: The read-out criterion of a multivariate outcome scores at most as many held-out units per fold and arm as keep
 #: K² × units (the multiply-adds of :func:`integrated_square` per bandwidth, K the fold-arm's atoms) within this
 #: budget, and at least :data:`_SQUARE_MIN_UNITS` (or all held ones).  Measured: at n = 8000 (the zoo's bivariate
-#: case, ridge, K ≈ 2000, one thread) all 1000 units took 57 of the fit's 64 s.
+#: case, ridge, K ≈ 6000, one thread) all 1000 units took 57 of the fit's 64 s, 150 units 13 of 20 s.
 _SQUARE_WORK = 1e9
 _SQUARE_MIN_UNITS = 150
 
 #: Above this many atoms in a fold-arm a multivariate outcome keeps the rule's read-out bandwidth (with a note):
-#: each bandwidth's Gram matrix of the atoms costs K² kernel evaluations whatever the units.  At n = 8000 (K ≈ 2000)
-#: the tuning took 20 s of the fit's 21 s against about 7 s with the rule; at n = 20000 (K ≈ 5000) 72 of 81 s.
+#: each bandwidth's Gram matrix of the atoms costs K² kernel evaluations whatever the units.  The ridge's fold-arms
+#: hold about 0.75 n atoms (two folds), so this tunes up to n ≈ 3300: at n = 8000 (K ≈ 6000) the tuned fit took 20 s
+#: against about 7 s with the rule, at n = 20000 (K ≈ 15000, two threads) 81 s against 10 s.
 _SQUARE_MAX_ATOMS = 2500
 
 
