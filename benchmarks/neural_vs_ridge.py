@@ -3,7 +3,11 @@
 Reads zoo CSVs (``benchmarks/accuracy/run.py`` or ``tuning_rule.py`` output) with rows for the neural
 configurations and a CSV with ``ridge_dr`` rows at the same cases, seeds, n and V-points, and prints, per
 neural configuration and CSV, the ratio of each case-arm's ISE to ridge DR's (the geometric mean over the
-seeds), how many case-arms are within 20%, and the worst ones.
+seeds), how many case-arms are within 20%, and the worst ones.  With three seeds or more per case-arm it also
+prints each case-arm's 95% interval for that geometric mean (a t interval on the seeds' log ratios) and sorts the
+case-arms into those whose interval lies below 1.2 (within, beyond the seeds' noise), above it (beyond), and those
+it straddles (undecided at these seeds): the per-case-arm target is decided by seed noise where the interval is
+wide, and this says where.
 
     python benchmarks/accuracy/run.py --split all --seeds 1,2 --n 1000 --eval-points 100 --methods ridge_dr \\
         --out benchmarks/results/ridge_dr_n1000.csv
@@ -18,6 +22,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 WITHIN = 1.2
 
@@ -43,6 +48,28 @@ def compare(neural: pd.DataFrame, ridge: pd.DataFrame) -> list[str]:
         if len(worse):
             lines.append("  case-arms beyond it:")
             lines += ["    " + line for line in worse.round(2).to_string().splitlines()]
+        if logs.groupby("case").size().min() >= 3:
+            lines += seed_intervals(logs)
+    return lines
+
+
+def seed_intervals(logs: pd.DataFrame, level: float = 0.95) -> list[str]:
+    """Per case-arm, the geometric mean ratio over seeds with its t interval, sorted against :data:`WITHIN`."""
+    rows = []
+    for case, group in logs.groupby("case"):
+        for arm in ("arm 1", "arm 0"):
+            x = group[arm].to_numpy()
+            half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+            rows.append((case, arm, len(x), np.exp(x.mean()), np.exp(x.mean() - half), np.exp(x.mean() + half)))
+    table = pd.DataFrame(rows, columns=["case", "arm", "seeds", "ratio", "low", "high"])
+    verdict = np.where(table.high < WITHIN, "within", np.where(table.low > WITHIN, "beyond", "undecided"))
+    table["verdict"] = verdict
+    counts = table.verdict.value_counts()
+    lines = [f"  {level:.0%} intervals over seeds: within {counts.get('within', 0)}, beyond {counts.get('beyond', 0)}, "
+             f"undecided {counts.get('undecided', 0)} of {len(table)} case-arms"]
+    shown = table[table.verdict != "within"].sort_values("ratio", ascending=False)
+    if len(shown):
+        lines += ["    " + line for line in shown.round(2).to_string(index=False).splitlines()]
     return lines
 
 
