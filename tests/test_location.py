@@ -2,6 +2,7 @@
 DR-learner against the formula, the located embedding's functionals against plain numpy twins, and its fit, save
 and refusals."""
 
+import re
 import warnings
 
 import numpy as np
@@ -535,3 +536,34 @@ def test_located_criterion_scores_each_fold_on_its_own_location_models(monkeypat
     assert not np.allclose(np.concatenate(crit[True]), np.concatenate(crit[False]))
     monkeypatch.setattr(ccme.location, "FOLD_CRITERION", False)
     assert ccme.location.fold_residuals([]) is None
+
+
+def _bivariate_shifted(n=500, seed=6):
+    """A bivariate outcome whose law V shifts (y1 by 2v): the located fit's criterion should be clearly lower."""
+    rng = np.random.default_rng(seed)
+    v, w = rng.standard_normal(n), rng.standard_normal(n)
+    a = (rng.uniform(size=n) < 1 / (1 + np.exp(-0.5 * w))).astype(int)
+    return pd.DataFrame({"y1": 2 * v + a + 0.5 * w + 0.5 * rng.standard_normal(n),
+                         "y2": 0.3 * w + rng.standard_normal(n), "a": a, "v": v, "w": w})
+
+
+def test_auto_compares_a_bivariate_outcomes_fits_by_its_readout_criterion():
+    """location='auto' works for a multivariate outcome (its read-out criterion is the closed-form one): on a law
+    that V shifts by 2v it keeps the located fit, with the paired difference in the notes; the default stays no
+    location stage for a multivariate outcome."""
+    data = _bivariate_shifted()
+    res = ccme.fit("y1 + y2 ~ a | v | w", data, seed=1, location="auto")
+    assert res.tuning.chosen["location"] == "linear" and res.location is not None
+    (note,) = [n for n in res.tuning.notes if n.startswith("location 'auto'")]
+    diff, se = (float(x) for x in re.findall(r"linear minus none (\S+), standard error (\S+);", note)[0])
+    assert diff < -2.0 * se
+    assert ccme.fit("y1 + y2 ~ a | v | w", data, seed=1).location is None
+
+
+def test_auto_without_a_multivariate_criterion_keeps_no_location_and_says_why(monkeypatch):
+    from ccme import tuning
+
+    monkeypatch.setattr(tuning, "_SQUARE_MAX_ATOMS", 20)
+    res = ccme.fit("y1 + y2 ~ a | v | w", _bivariate_shifted(), seed=1, location="auto")
+    assert res.tuning.chosen["location"] == "none" and res.location is None
+    assert any("criterion that compares the fits was not computed" in n for n in res.tuning.notes)

@@ -316,8 +316,8 @@ def fit(
         :data:`ccme.location.MANY_V_COVARIATES` (10) covariates (the neural
         estimators: always, :data:`ccme.estimators.training.NEURAL_LOCATION_FROM`)
         and σ_y is tuned for a one-dimensional outcome, no location stage
-        otherwise (:func:`ccme.location.default_location`).  None: no
-        location stage.
+        otherwise (:func:`ccme.location.default_location`; a multivariate
+        outcome may ask for "auto").  None: no location stage.
         "linear": a location stage (:mod:`ccme.location`), each arm's mean given V as a
         linear ridge regression on V's columns (of the mode's pseudo-outcome:
         Kennedy's DR-learner for ``mode="dr"``), the embedding fitted to the

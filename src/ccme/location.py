@@ -103,7 +103,7 @@ def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str
     readout_tuned : bool, default True
         Whether the fit tunes the read-out bandwidth (``"y_bandwidth"`` in its grids), which "auto" compares by.
     d_y : int, default 1
-        The outcome's dimension (the read-out criterion is one-dimensional).
+        The outcome's dimension (unused: a multivariate outcome's read-out criterion exists too; kept for callers).
 
     Returns
     -------
@@ -112,7 +112,7 @@ def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str
     Raises
     ------
     ParameterError
-        Any other value, or "auto" without a tuned read-out bandwidth of a one-dimensional outcome.
+        Any other value, or "auto" without a tuned read-out bandwidth.
 
     Examples
     --------
@@ -123,18 +123,21 @@ def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str
         raise ParameterError(f"`location` must be None or one of {list(LOCATIONS)}; got {location!r}")
     if location == "default":
         return location
-    if location == "auto" and not (readout_tuned and d_y == 1):
+    if location == "auto" and not readout_tuned:
         raise ParameterError("location='auto' compares the fits by the read-out bandwidth's criterion, which needs "
-                             "tune='auto' (or a tune dict with 'y_bandwidth') and a one-dimensional outcome; pass "
-                             "location='linear' or None")
+                             "tune='auto' (or a tune dict with 'y_bandwidth'); pass location='linear' or None")
     return location
 
 
 def default_location(*, n_v_covariates: int, readout_tuned: bool, d_y: int, many: int) -> str | None:
     """``fit(location="default")``: "auto" where V has ``many`` covariates or more, else None.
 
-    "auto" also needs the read-out criterion (a tuned σ_y, a one-dimensional
-    outcome); without it the default is no location stage.
+    "auto" also needs the read-out criterion (a tuned σ_y) and, as a default, a
+    one-dimensional outcome: a multivariate outcome's criterion exists
+    (:func:`ccme.tuning.integrated_square`) and ``location="auto"`` may be asked
+    for, but as a default it would double a neural fit's time on the strength of
+    one case (the zoo's ``bivariate``), so it is not; without it the default
+    is no location stage.
 
     Parameters
     ----------
@@ -262,9 +265,13 @@ def choose_location(fits: dict):
     kind = "linear" if diff < -AUTO_THRESHOLD * se else None
     report = fits[kind].tuned.report
     report.chosen["location"] = "linear" if kind else "none"
-    report.notes.append(f"location 'auto': {'linear' if kind else 'none'} chosen by the read-out criterion "
-                        f"(linear minus none {diff:.4g}, standard error {se:.3g}; linear where below "
-                        f"-{AUTO_THRESHOLD:g} standard errors)")
+    if np.isfinite(diff):
+        report.notes.append(f"location 'auto': {'linear' if kind else 'none'} chosen by the read-out criterion "
+                            f"(linear minus none {diff:.4g}, standard error {se:.3g}; linear where below "
+                            f"-{AUTO_THRESHOLD:g} standard errors)")
+    else:   # e.g. a multivariate outcome whose read-out bandwidth kept the rule (see the tuning's notes)
+        report.notes.append("location 'auto': none, as the read-out criterion that compares the fits was not "
+                            "computed (see the notes on the outcome bandwidth)")
     return kind
 
 
