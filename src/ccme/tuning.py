@@ -2323,6 +2323,11 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
     term: Σ_j w_j ω_j [∫ p̂(y | V_j)² dy − 2 p̂(Y_j | V_j)] estimates the
     weighted population's integrated squared error.
 
+    ∫ p̂² is a quadrature on a grid for a one-dimensional outcome and the
+    closed form :func:`integrated_square` for a multivariate one (Gaussian
+    read-out; one factor scales every dimension's bandwidth), which then
+    scores at most :func:`_square_units` of each fold-arm's drawn units.
+
     Returns ({arm: Kernel}, [TuningCurve per arm]).
     """
     Y = design.Y
