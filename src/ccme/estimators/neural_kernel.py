@@ -101,7 +101,10 @@ __all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAUL
 #: n = 1000): on "choose" at seeds 1-4, 35 × 35 0.960 and 50 × 50 0.979 (mixed_v 1.6 / 1.4 under both, weak_overlap
 #: 0.65-0.79), per-seed 95% intervals 0.82-1.07 and 0.85-1.11; 35 × 35 at seeds 1-6 0.977 (0.88-1.06; mixed_v 1.31 /
 #: 1.24); on "report" at seeds 1-2 1.009 and 0.945; 80 × 80 0.913 on "choose" at seeds 1-2.  No width separates
-#: from the seeds' noise.
+#: from the seeds' noise.  Nor does a patience of 200 epochs instead of 50 (``...[patience]=50,200 --stem
+#: nk_patience``, seeds 1-2): 1.044 on "choose" (mixed_v 1.85 / 1.20) and 1.000 on "report", for 1.7-1.8 times
+#: the time, though on the three worst report cases alone it gave 0.941
+#: (``benchmarks/accuracy/results/neural_gap_training.txt``).
 NEURAL_KERNEL_DEFAULTS = {
     **NEURAL_DEFAULTS,
     "weight_decay": 2.0,
