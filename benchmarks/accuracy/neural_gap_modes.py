@@ -25,21 +25,29 @@ CONFIGS = {"nk dr": dict(method="neural_kernel"), "nk pi": dict(method="neural_k
            "ridge dr": dict(), "ridge pi": dict(mode="pi")}
 
 
+def scores(names, configs: dict, seeds=(1, 2, 3), **common):
+    """Fit every configuration (fit keyword arguments, with ``common``) on each case and seed and print a line per
+    case and seed; yield {label: (ISE arm 1, ISE arm 0)} per line."""
+    for name in names:
+        for seed in seeds:
+            problem = Problem(get_case(name), 1000, seed, 100)
+            row = {}
+            for label, kwargs in configs.items():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    res = ccme.fit(problem.formula, problem.data, seed=seed, **common, **kwargs)
+                s = problem.score(res)
+                row[label] = (s[1], s[0])
+            print(name, seed, " | ".join(f"{label}: {a:.4f}/{b:.4f}" for label, (a, b) in row.items()), flush=True)
+            yield row
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     print(f"$ python benchmarks/accuracy/neural_gap_modes.py {' '.join(argv)}")
     print("ISE arm 1 / arm 0 per configuration")
-    for name in argv[0].split(","):
-        for seed in (1, 2, 3):
-            problem = Problem(get_case(name), 1000, seed, 100)
-            out = []
-            for label, kwargs in CONFIGS.items():
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    res = ccme.fit(problem.formula, problem.data, seed=seed, **kwargs)
-                s = problem.score(res)
-                out.append(f"{label}: {s[1]:.4f}/{s[0]:.4f}")
-            print(name, seed, " | ".join(out), flush=True)
+    for _ in scores(argv[0].split(","), CONFIGS):
+        pass
     return 0
 
 
