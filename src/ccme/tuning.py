@@ -2345,12 +2345,11 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
             if held.size == 0:
                 continue
             chosen = np.sort(rng.choice(held, size=min(_ISE_UNITS, held.size), replace=False))
-            atoms, c = part.weights(design.V[chosen], n_threads=n_threads)
             if Y.shape[1] > 1:      # ∫p̂² costs K² per unit (integrated_square): fewer units where K is large
-                keep = _square_units(len(atoms), len(chosen))
+                keep = _square_units(part.n_atoms, len(chosen))
                 if keep < len(chosen):
-                    sub = np.sort(rng.choice(len(chosen), size=keep, replace=False))
-                    chosen, c = chosen[sub], c[:, sub]
+                    chosen = chosen[np.sort(rng.choice(len(chosen), size=keep, replace=False))]
+            atoms, c = part.weights(design.V[chosen], n_threads=n_threads)
             units.append(chosen)
             omega = 1.0 / scores[chosen, arm] if weighted else np.ones(len(chosen))
             if sampling_weights is not None:
@@ -2451,8 +2450,7 @@ def tune_readout(embeddings: dict, *, data, folds, grids: dict, seed: int, repor
             report.notes.append("the outcome bandwidth of a multivariate outcome is tuned with the Gaussian read-out "
                                 "kernel only; the rule was kept")
             return embeddings
-        atoms = max(part.weights(data.design.V[:1], n_threads=data.n_threads)[0].shape[0]
-                    for emb in embeddings.values() for part in emb.parts)
+        atoms = max(part.n_atoms for emb in embeddings.values() for part in emb.parts)
         if atoms > _SQUARE_MAX_ATOMS:
             report.notes.append(f"the outcome bandwidth of a multivariate outcome is tuned up to "
                                 f"{_SQUARE_MAX_ATOMS} atoms per fold and arm (its criterion costs their square); "
