@@ -21,8 +21,9 @@ from .estimators import ESTIMATORS, get_estimator
 from .estimators.base import CrossFitData, Tuned
 from .estimators.ridge import RIDGE_DEFAULTS
 from .distributed import cluster_estimator, local_frame
+from .fit_choice import choose_fit, with_readout
 from .formula import build_design, parse_formula
-from .location import (check_location, choose_location, default_location, fit_location,
+from .location import (check_location, choose_location, default_location, fit_location, readout_criterion,
                        fold_residuals)
 from .memory import check_allocation
 from .propensity import clip_scores, make_propensity, overlap_diagnostics, resolve_clip
@@ -475,6 +476,13 @@ def fit(
                                 readout_seed=readout_seed) for kind, c in candidates.items()}
     del candidates
     chosen = fits[next(iter(fits)) if len(fits) == 1 else choose_location(fits)]
+    alternatives = estimator.fit_alternatives(chosen.tuned.params, grids) if readout_seed is not None else None
+    compared_seconds = 0.0  # the other values' whole fits (ccme.fit_choice)
+    if alternatives is not None:
+        compared_started = time.perf_counter()
+        chosen = _compared_fits(estimator, chosen, alternatives, folds=fold_list, grids=grids, fold_seeds=fold_seeds,
+                                readout_seed=readout_seed)
+        compared_seconds = time.perf_counter() - compared_started
     tuned, embeddings, crossfit_data, locations = chosen.tuned, chosen.embeddings, chosen.data, chosen.locations
     if default and location == "auto":
         tuned.report.notes.append(f"location: 'auto' by default, V having {len(design.v_variables)} covariates "
@@ -493,7 +501,7 @@ def fit(
                       for arm, emb in embeddings.items()}
     timing = {
         "propensity": prop_seconds,
-        "tuning": dropped_seconds + sum(fit.tuned.report.seconds for fit in fits.values()),
+        "tuning": dropped_seconds + compared_seconds + sum(fit.tuned.report.seconds for fit in fits.values()),
         "estimator": sum(fit.seconds for fit in fits.values()),
         "total": time.perf_counter() - started,
     }
@@ -533,6 +541,30 @@ def _cross_fitted(estimator, candidate: "_Estimate", *, folds, grids, fold_seeds
         embeddings = tune_readout(embeddings, data=data, folds=folds, grids=grids, seed=readout_seed,
                                   report=tuned.report)
     return candidate._replace(embeddings=embeddings, seconds=seconds)
+
+
+def _compared_fits(estimator, base: "_Estimate", alternatives, *, folds, grids, fold_seeds,
+                   readout_seed) -> "_Estimate":
+    """``base`` or a whole cross-fit at another value of a hyperparameter, by the read-out criterion.
+
+    ``alternatives`` from :meth:`ccme.estimators.base.Estimator.fit_alternatives`:
+    each value's fit shares the base's tuning (its report up to the read-out,
+    its data, folds and seeds: the criteria score the same held-out units) and
+    reads out with its own σ_y (:func:`ccme.fit_choice.choose_fit`).
+    """
+    name, current, others = alternatives
+    if not np.isfinite(readout_criterion(base.tuned.report)):
+        base.tuned.report.notes.append(f"{name}: the default kept, as the read-out criterion that compares whole "
+                                       "fits was not computed (see the notes on the outcome bandwidth)")
+        return base
+    fits, reports = {current: base}, {current: base.tuned.report}
+    for value, params in others.items():
+        readout = TuningReport()    # what the value's own read-out adds to the base's tuning
+        fit = _cross_fitted(estimator, base._replace(tuned=Tuned(params, readout)), folds=folds, grids=grids,
+                            fold_seeds=fold_seeds, readout_seed=readout_seed)
+        reports[value] = with_readout(base.tuned.report, readout)
+        fits[value] = fit._replace(tuned=Tuned(params, reports[value]))
+    return fits[choose_fit(name, reports, current)]
 
 
 def _second_stage_data(scores, fold_list, kept, *, clip, design, mode, trim, normalize_weights, Xo, n_threads,

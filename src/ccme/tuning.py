@@ -194,6 +194,12 @@ NEURAL_KERNEL_M_GRID = (10, 20, 40)
 #: :data:`ccme.estimators.NEURAL_KERNEL_DEFAULTS` gave 0.927 (``benchmarks/results/nk_weight_decay_search_choose.txt``).
 NEURAL_WEIGHT_DECAY_SEARCH = False
 NEURAL_WEIGHT_DECAY_GRID = (0.0, 1.0, 2.0, 4.0)
+#: The weight decays ``tune="auto"`` of the Neural-Kernel estimator compares as whole fits by the read-out
+#: criterion (:mod:`ccme.fit_choice`; the default of :data:`ccme.estimators.NEURAL_KERNEL_DEFAULTS` is the
+#: reference, kept unless another value's criterion is clearly lower); () turns the comparison off.  Each value
+#: other than the default is one more cross-fit (the repetitions of ``n_rep`` then run at the chosen value only).
+#: MEASUREMENT
+NEURAL_KERNEL_DECAY_FITS = (1.0, 2.0, 4.0)
 _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")
 #: Deep Feature's penalty grid for ``tune="auto"`` (ΨᵀΨ + nλI, both stages):
 #: coarser than the ridge's because each value trains a network
@@ -441,6 +447,9 @@ def resolve_tune(tune, method: str, user_keys) -> dict:
                 grids["M"] = NEURAL_KERNEL_M_GRID  # a user's grid array sets M
             if NEURAL_WEIGHT_DECAY_SEARCH:
                 grids["weight_decay"] = NEURAL_WEIGHT_DECAY_GRID
+            elif (method == "neural_kernel" and NEURAL_KERNEL_DECAY_FITS and NEURAL_READOUT_SEARCH
+                  and "weight_decay" not in user_keys):
+                grids["weight_decay_fits"] = NEURAL_KERNEL_DECAY_FITS   # whole fits, after the cross-fit
             if NEURAL_INPUT_RELEVANCE:
                 grids["x_bandwidth"] = grids["v_bandwidth"] = "ard"
         else:

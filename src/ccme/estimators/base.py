@@ -664,6 +664,23 @@ class Estimator(ABC):
 
         return MANY_V_COVARIATES
 
+    def fit_alternatives(self, params: Parameters, grids: Mapping) -> tuple | None:
+        """Values of a hyperparameter that :func:`ccme.fit` compares as whole cross-fits (:mod:`ccme.fit_choice`).
+
+        Parameters
+        ----------
+        params : Parameters
+            The tuned parameters of the fit already made.
+        grids : mapping
+            What ``tune=`` asks for (:func:`ccme.tuning.resolve_tune`).
+
+        Returns
+        -------
+        None (the default: nothing is compared this way), or (name, the value
+        in ``params``, {each other value: the parameters with it}).
+        """
+        return None
+
     def options(self, hyperparameters: dict) -> dict:
         """The defaults updated by the user's hyperparameters (aliases expanded), see :func:`resolve_options`."""
         return resolve_options(self, hyperparameters)

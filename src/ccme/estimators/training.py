@@ -22,7 +22,7 @@ from abc import abstractmethod
 import copy
 import numbers
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -510,6 +510,21 @@ class NeuralEstimator(Estimator):
     def default_n_rep(self) -> int:
         """Repetitions of the cross-fit ``fit(n_rep=None)`` averages: :data:`NEURAL_N_REP`."""
         return NEURAL_N_REP
+
+    def fit_alternatives(self, params, grids):
+        """The weight decays of ``grids["weight_decay_fits"]`` (:data:`ccme.tuning.NEURAL_KERNEL_DECAY_FITS`), if any.
+
+        Each value sets both stages' decay; the fit already made (the
+        default's) is the reference of :func:`ccme.fit_choice.choose_fit`.
+        """
+        values = grids.get("weight_decay_fits")
+        if not values:
+            return None
+        settings = params["training"]
+        current = float(settings.weight_decay[0])
+        others = {float(w): Parameters({**params, "training": replace(settings, weight_decay=(float(w), float(w)))})
+                  for w in values if float(w) != current}
+        return ("weight_decay", current, others) if others else None
 
     @property
     def location_from(self) -> int:
