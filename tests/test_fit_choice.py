@@ -101,13 +101,14 @@ def test_neural_kernel_compares_its_weight_decays_as_whole_fits(monkeypatch):
     lowest criterion wins, which makes a value other than the default likely on this small fit."""
     pytest.importorskip("torch")
     import ccme.fit_choice
-    from ccme.tuning import NEURAL_KERNEL_DECAY_FITS
+    import ccme.tuning
 
+    monkeypatch.setattr(ccme.tuning, "NEURAL_KERNEL_DECAY_FITS", (1.0, 2.0, 4.0))    # off by default (measured)
     monkeypatch.setattr(ccme.fit_choice, "AUTO_THRESHOLD", -np.inf)
     data = paper_simulation(300, seed=3)
     res = _nk(data)
     (curve,) = [c for c in res.tuning.curves if c.parameter == "weight_decay"]
-    np.testing.assert_array_equal(curve.values, sorted(NEURAL_KERNEL_DECAY_FITS))
+    np.testing.assert_array_equal(curve.values, [1.0, 2.0, 4.0])
     chosen = res.tuning.chosen["weight_decay"]
     assert chosen == curve.chosen == curve.values[np.argmin(curve.criterion)]
     assert res.hyperparameters["training"].weight_decay == (chosen, chosen)
@@ -117,6 +118,8 @@ def test_neural_kernel_compares_its_weight_decays_as_whole_fits(monkeypatch):
     np.testing.assert_array_equal(res.density(y, newdata=PAPER_PROFILES), by_hand.density(y, newdata=PAPER_PROFILES))
     assert res.tuning.chosen["y_bandwidth"] == by_hand.tuning.chosen["y_bandwidth"]
     assert res.timing["tuning"] > by_hand.timing["tuning"]
+    (row,) = [line for line in str(res.summary()).splitlines() if line.strip().startswith("Weight decay")]
+    assert row.split()[2:6] == [f"{chosen:g}", "of", "3", "values"] and "(read-out criterion" in row
 
 
 def test_no_comparison_where_the_decay_is_given_or_nothing_is_tuned(monkeypatch):
@@ -124,8 +127,9 @@ def test_no_comparison_where_the_decay_is_given_or_nothing_is_tuned(monkeypatch)
     import ccme.tuning
 
     data = paper_simulation(200, seed=4)
+    assert ccme.tuning.NEURAL_KERNEL_DECAY_FITS == () and "weight_decay" not in _nk(data).tuning.chosen
+    monkeypatch.setattr(ccme.tuning, "NEURAL_KERNEL_DECAY_FITS", (1.0, 2.0, 4.0))
     for res in (_nk(data, weight_decay=1.0), _nk(data, tune="none")):
         assert "weight_decay" not in res.tuning.chosen
-    monkeypatch.setattr(ccme.tuning, "NEURAL_KERNEL_DECAY_FITS", ())
-    assert "weight_decay" not in _nk(data).tuning.chosen
     assert "weight_decay_fits" not in ccme.tuning.resolve_tune("auto", "deep_feature", set())
+    assert ccme.tuning.resolve_tune("auto", "neural_kernel", set())["weight_decay_fits"] == (1.0, 2.0, 4.0)

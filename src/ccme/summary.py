@@ -236,9 +236,10 @@ def _tuning_rows(report, inputs: bool = False) -> list:
         if isinstance(report.chosen.get(name), list):
             what = "the networks' input scales: the kernel ridge's " if inputs else ""
             rows.append((name, f"{what}per covariate group, LOO coordinate search (table below)"))
-    if "M" in report.chosen:
-        curve = next(c for c in report.curves if c.parameter == "M")
-        rows.append(("M", f"{report.chosen['M']} of {len(curve.values)} values ({curve.criterion_name})"))
+    for name, label in (("M", "M"), ("weight_decay", "Weight decay")):
+        curve = next((c for c in report.curves if c.parameter == name), None)
+        if name in report.chosen and curve is not None:
+            rows.append((label, f"{report.chosen[name]:g} of {len(curve.values)} values ({curve.criterion_name})"))
     for stage in STAGE_NAMES:
         epochs = report.chosen.get(f"epochs_stage{stage}")
         if epochs:
