@@ -75,10 +75,13 @@ def seed_intervals(logs: pd.DataFrame, level: float = 0.95) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("neural", nargs="+", help="zoo CSVs with the neural configurations' rows")
+    p.add_argument("neural", nargs="+", help="zoo CSVs with the neural configurations' rows (a later file's row "
+                                               "replaces an earlier one's for the same case, seed and n)")
     p.add_argument("--ridge", required=True, help="a zoo CSV with ridge_dr rows at the same cases, seeds and n")
     args = p.parse_args(argv)
-    neural = pd.concat([pd.read_csv(f) for f in args.neural], ignore_index=True)
+    # A later file's row for the same case, configuration, seed and n replaces an earlier one's (a rerun).
+    neural = pd.concat([pd.read_csv(f) for f in args.neural], ignore_index=True).drop_duplicates(
+        subset=["case", "config", "seed", "n"], keep="last")
     ridge = pd.read_csv(args.ridge)
     print("\n".join([f"$ python benchmarks/neural_vs_ridge.py {' '.join(sys.argv[1:] if argv is None else argv)}",
                      *compare(neural[neural.config != "ridge_dr"], ridge)]))

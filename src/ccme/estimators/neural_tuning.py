@@ -28,7 +28,10 @@ penalties, numbers of features and epochs, and it selects
 - the networks' weight decay (``weight_decay``, decoupled: AdamW), when
   asked (``tune={"weight_decay": [...]}``, or ``tune="auto"`` with
   :data:`ccme.tuning.NEURAL_WEIGHT_DECAY_SEARCH`): both stages are refitted
-  for each value and one value for all arms is chosen as M is;
+  for each value and one value for all arms is chosen as M is.  Neural-Kernel's
+  decay can instead be chosen by comparing whole cross-fits on the read-out
+  criterion (:mod:`ccme.fit_choice`, :data:`ccme.tuning.NEURAL_KERNEL_DECAY_FITS`;
+  off by default, as measured there);
 - M (features, or grid points of the Neural-Kernel estimator), only when
   asked (``tune={"M": [...]}``): both stages are refitted for each candidate
   and M is chosen by the second stage's validation loss summed over the arms
