@@ -64,7 +64,7 @@ def _choice(fits, values, rule: str) -> str:
 
 def analyse(rows: list) -> None:
     """Print the ratios to the default decay's ISE (geometric means over case-arms) of each way of choosing."""
-    decays = sorted(rows[0]["fits"], key=float)
+    decays = sorted(set.intersection(*(set(r["fits"]) for r in rows)), key=float)   # those every row has
 
     def line(label, ratios):
         r = np.array(ratios)

@@ -206,7 +206,10 @@ NEURAL_WEIGHT_DECAY_GRID = (0.0, 1.0, 2.0, 4.0)
 #: its own location choice (``benchmarks/accuracy/neural_decay_choice.py``, same cases and seeds,
 #: ``benchmarks/accuracy/results/neural_decay_choice_choose.txt``) the same rule gives 0.942 (0.859 to 1.033), the
 #: largest gains (weak_overlap 0.41 / 0.14 at seed 1) coming from a location stage that the default's fit left
-#: out by a fraction of a standard error, at twice the fit's time; fixed decays 1 and 4 give 0.999 and 0.989.
+#: out by a fraction of a standard error, at twice the fit's time; fixed decays 1 and 4 give 0.999 and 0.989.  At
+#: seeds 1-6 (``neural_decay_choice_choose_s1to6.txt``) decays (1, 2) so compared give 0.937 (0.870 to 1.009; 18 of
+#: 96 case-arm-seeds better by > 1%, 4 worse) for 1.5 times the time: less, and less often, than the fifth
+#: repetition that :data:`ccme.estimators.training.NEURAL_N_REP` leaves out for speed.
 NEURAL_KERNEL_DECAY_FITS = ()
 _TUNABLE = ("lam0", "lam1", "lam1_plugin", "x_bandwidth", "v_bandwidth", "y_bandwidth")
 #: Deep Feature's penalty grid for ``tune="auto"`` (ΨᵀΨ + nλI, both stages):
