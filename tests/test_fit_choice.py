@@ -3,6 +3,7 @@
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import ccme
@@ -133,3 +134,24 @@ def test_no_comparison_where_the_decay_is_given_or_nothing_is_tuned(monkeypatch)
         assert "weight_decay" not in res.tuning.chosen
     assert "weight_decay_fits" not in ccme.tuning.resolve_tune("auto", "deep_feature", set())
     assert ccme.tuning.resolve_tune("auto", "neural_kernel", set())["weight_decay_fits"] == (1.0, 2.0, 4.0)
+
+
+def test_the_default_is_kept_with_a_note_where_the_criterion_was_not_computed(monkeypatch):
+    """A bivariate outcome with a Laplace read-out keeps σ_y's rule (no closed form), so there is no criterion to
+    compare whole fits by: the default decay stays, no other fit is made, and a note says why."""
+    pytest.importorskip("torch")
+    import ccme.tuning
+
+    monkeypatch.setattr(ccme.tuning, "NEURAL_KERNEL_DECAY_FITS", (1.0, 2.0, 4.0))
+    rng = np.random.default_rng(5)
+    n = 200
+    v, w = rng.standard_normal(n), rng.standard_normal(n)
+    a = (rng.uniform(size=n) < 0.5).astype(int)
+    frame = pd.DataFrame({"y1": v + a + rng.standard_normal(n), "y2": w + rng.standard_normal(n), "a": a, "v": v,
+                          "w": w})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ccme.fit("y1 + y2 ~ a | v | w", frame, **{**_NK, "y_kernel": "laplace"})
+    assert "weight_decay" not in res.tuning.chosen
+    assert res.hyperparameters["training"].weight_decay == (2.0, 2.0)
+    assert any(n.startswith("weight_decay: the default kept") for n in res.tuning.notes)
