@@ -485,6 +485,10 @@ class NeuralFold(FoldFit):
 #: for 1.9-2.2 times the time again; kept at 3 so that the estimator chosen for speed stays fast (``n_rep=5`` sets it).
 #: 3 against 1 rerun with the networks' inputs in units of the learned bandwidths (aaaa341, ``--stem
 #: neural_n_rep_<method>_s28``): Deep Feature 0.956 / 0.939, Neural-Kernel 0.873 / 0.892 on "choose" / "report".
+#: 5 against 3 for Neural-Kernel rerun at eb5397a (``--setting ...NEURAL_N_REP=3,5 --stem nk_n_rep5_now``, n = 1000,
+#: baseline rows reused): "choose" seeds 1-4 0.959 (per case-seed 0.958, 95% interval 0.936 to 0.981; 12 of 16
+#: case-arms better, 4 worse), "report" seeds 1-2 0.975 (0.983, 0.964 to 1.003; 20 of 30 better, 6 worse), for
+#: two more cross-fits (6 instead of 4 with the location comparison): still left at 3 for speed.
 NEURAL_N_REP = 3
 
 #: ``fit(location="default")`` of a neural estimator is "auto" (the fits with and without a location stage, the
