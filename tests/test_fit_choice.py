@@ -101,11 +101,11 @@ def test_neural_kernel_compares_its_weight_decays_as_whole_fits(monkeypatch):
     the fit that value given by hand makes (same folds, seeds and tuning).  The threshold is lowered so that the
     lowest criterion wins, which makes a value other than the default likely on this small fit."""
     pytest.importorskip("torch")
-    import ccme.fit_choice
+    import ccme.location
     import ccme.tuning
 
     monkeypatch.setattr(ccme.tuning, "NEURAL_KERNEL_DECAY_FITS", (1.0, 2.0, 4.0))    # off by default (measured)
-    monkeypatch.setattr(ccme.fit_choice, "AUTO_THRESHOLD", -np.inf)
+    monkeypatch.setattr(ccme.location, "AUTO_THRESHOLD", -np.inf)
     data = paper_simulation(300, seed=3)
     res = _nk(data)
     (curve,) = [c for c in res.tuning.curves if c.parameter == "weight_decay"]

@@ -28,7 +28,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .location import AUTO_THRESHOLD, criterion_difference, readout_criterion
+from . import location
+from .location import clearly_lower, criterion_difference, readout_criterion
 from .tuning import TuningCurve, TuningReport
 
 __all__ = ["choose_fit", "with_readout"]
@@ -73,7 +74,7 @@ def choose_fit(name: str, reports: Mapping, reference) -> object:
     """
     differences = {value: criterion_difference(report, reports[reference])
                    for value, report in reports.items() if value != reference}
-    clear = {value: d for value, (d, se) in differences.items() if np.isfinite(d) and d < -AUTO_THRESHOLD * se}
+    clear = {value: d for value, (d, se) in differences.items() if clearly_lower(d, se)}
     chosen = min(clear, key=clear.get) if clear else reference
     values = sorted(reports)
     report = reports[chosen]
@@ -83,7 +84,7 @@ def choose_fit(name: str, reports: Mapping, reference) -> object:
     report.chosen[name] = chosen
     each = "; ".join(f"{v:g}: {d:.4g} (standard error {se:.3g})" for v, (d, se) in sorted(differences.items()))
     report.notes.append(f"{name}: {chosen:g} chosen by the read-out criterion of whole fits (each value minus "
-                        f"{reference:g}: {each}; another value where below -{AUTO_THRESHOLD:g} standard errors)")
+                        f"{reference:g}: {each}; another value where below -{location.AUTO_THRESHOLD:g} standard errors)")
     return chosen
 
 

@@ -64,8 +64,8 @@ import numpy as np
 from .errors import DataError, FormatError, ParameterError
 
 __all__ = ["AUTO_THRESHOLD", "FOLD_CRITERION", "LocationModel", "LOCATIONS", "MANY_V_COVARIATES", "check_location",
-           "choose_location", "criterion_difference", "default_location", "fit_location", "fold_residuals",
-           "readout_criteria", "readout_criterion", "ridge_loo"]
+           "choose_location", "clearly_lower", "criterion_difference", "default_location", "fit_location",
+           "fold_residuals", "readout_criteria", "readout_criterion", "ridge_loo"]
 
 #: What ``fit(location=...)`` takes besides None (no location stage): the linear model; "auto", the fit with or
 #: without it, by the read-out criterion (:func:`choose_location`); or "default", the rule of
@@ -202,6 +202,12 @@ def readout_criterion(report) -> float:
 AUTO_THRESHOLD = 1.0
 
 
+def clearly_lower(difference: float, standard_error: float) -> bool:
+    """Whether a criterion difference (:func:`criterion_difference`) is below −:data:`AUTO_THRESHOLD` standard
+    errors: the rule by which a fit replaces a reference fit (here and in :mod:`ccme.fit_choice`); False for NaN."""
+    return bool(np.isfinite(difference) and difference < -AUTO_THRESHOLD * standard_error)
+
+
 def criterion_difference(report, reference, arms=None) -> tuple[float, float]:
     """The read-out criterion of ``report`` less that of ``reference``, summed over the arms, and its standard error.
 
@@ -267,7 +273,7 @@ def choose_location(fits: dict):
         The key of the chosen fit (None where the difference is not clear or cannot be computed).
     """
     diff, se = criterion_difference(fits["linear"].tuned.report, fits[None].tuned.report)
-    kind = "linear" if diff < -AUTO_THRESHOLD * se else None
+    kind = "linear" if clearly_lower(diff, se) else None
     report = fits[kind].tuned.report
     report.chosen["location"] = "linear" if kind else "none"
     if np.isfinite(diff):
