@@ -84,7 +84,8 @@ def choose_fit(name: str, reports: Mapping, reference) -> object:
     report.chosen[name] = chosen
     each = "; ".join(f"{v:g}: {d:.4g} (standard error {se:.3g})" for v, (d, se) in sorted(differences.items()))
     report.notes.append(f"{name}: {chosen:g} chosen by the read-out criterion of whole fits (each value minus "
-                        f"{reference:g}: {each}; another value where below -{location.AUTO_THRESHOLD:g} standard errors)")
+                        f"{reference:g}: {each}; another value where below -{location.AUTO_THRESHOLD:g} standard "
+                        "errors)")
     return chosen
 
 
