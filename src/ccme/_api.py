@@ -411,7 +411,7 @@ def fit(
     if default:
         location = default_location(n_v_covariates=len(design.v_variables), readout_tuned="y_bandwidth" in grids,
                                     d_y=design.Y.shape[1], many=estimator.location_from)
-    check_location(location, readout_tuned="y_bandwidth" in grids, d_y=design.Y.shape[1])
+    check_location(location, readout_tuned="y_bandwidth" in grids)
     sampling = resolve_weights(weights, data, design.data_rows)
     sw = None if sampling is None else sampling.active  # None also for all-equal weights: the unweighted fit
     if sw is not None:

@@ -94,7 +94,7 @@ FOLD_CRITERION = True
 PENALTY_GRID = tuple(float(x) for x in np.logspace(-6, 2, 33))
 
 
-def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str | None:
+def check_location(location, *, readout_tuned: bool = True) -> str | None:
     """Validate ``fit(location=)``: None or one of :data:`LOCATIONS`.
 
     Parameters
@@ -102,8 +102,6 @@ def check_location(location, *, readout_tuned: bool = True, d_y: int = 1) -> str
     location : None or str
     readout_tuned : bool, default True
         Whether the fit tunes the read-out bandwidth (``"y_bandwidth"`` in its grids), which "auto" compares by.
-    d_y : int, default 1
-        The outcome's dimension (unused: a multivariate outcome's read-out criterion exists too; kept for callers).
 
     Returns
     -------
