@@ -304,9 +304,40 @@ def test_outcome_loadings_are_the_grids_hat_functions_over_the_distinct_outcomes
     Y2 = rng.normal(size=(30, 2))
     centres = np.array([[-1.0, 0.0], [1.0, 0.0], [0.0, 50.0]])
     atoms, L = outcome_loadings(centres, Y2)
-    nearest = np.argmin(((atoms[:30, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+    units = centres.std(axis=0)                        # "nearest" in units of the grid's spread per column
+    nearest = np.argmin((((atoms[:30, None, :] - centres[None]) / units) ** 2).sum(axis=2), axis=1)
     assert np.all(L[np.arange(30), nearest] > 0) and np.count_nonzero(L[:30]) == 30
     assert np.array_equal(atoms[30], centres[2]) and L[30, 2] == 1.0     # no outcome nearest (0, 50)
+
+
+@pytest.mark.parametrize("method", ["deep_feature", "neural_kernel"])
+def test_the_fit_does_not_depend_on_the_outcomes_units(data, method):
+    """Y in other units (1000 Y − 50) gives the same estimate, its density divided by 1000: the losses are in units
+    of k_Y(0), which Adam's ε follows (``train_stage``'s ``loss_unit``).  With torch's fixed ε a default
+    Neural-Kernel fit's density moved by 11% of its maximum for Y in thousands (the paper's simulation, n = 1000),
+    and this test failed by up to 4e-3 in density; now the two agree to about 1e-13."""
+    moved = data.assign(y=1000.0 * data["y"] - 50.0)
+    y = np.linspace(-5, 35, 30)
+    for arm in (1, 0):
+        plain = _fit(data, method, epochs=(60, 40)).density(y, arm=arm, normalize=False)
+        other = _fit(moved, method, epochs=(60, 40)).density(1000.0 * y - 50.0, arm=arm, normalize=False)
+        np.testing.assert_allclose(1000.0 * other, plain, rtol=0, atol=1e-9 * np.abs(plain).max())
+
+
+def test_kmeans_grid_and_nearest_point_follow_each_outcome_columns_units():
+    """A bivariate outcome's k-means grid and its nearest-point loadings work in units of each column's spread, so
+    an outcome in other units per column (dollars and hours) gets the same grid, mapped, and the same loadings."""
+    from ccme.estimators.neural_kernel import make_grid, outcome_loadings
+
+    rng = np.random.default_rng(0)
+    Y = rng.normal(size=(300, 2)) * [1.0, 3.0]
+    a, b = np.array([1000.0, 0.01]), np.array([-50.0, 7.0])
+    grid = make_grid("kmeans", Y, 12, 3)
+    moved = make_grid("kmeans", Y * a + b, 12, 3)
+    np.testing.assert_allclose((moved - b) / a, grid, rtol=0, atol=1e-10)
+    _, L = outcome_loadings(grid, Y)
+    _, L_moved = outcome_loadings(moved, Y * a + b)
+    np.testing.assert_array_equal(L, L_moved)
 
 
 def test_outcome_atoms_keep_the_networks_and_spread_their_weights(data):

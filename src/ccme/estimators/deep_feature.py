@@ -321,8 +321,11 @@ def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, st
     def val_loss():
         return heldout_loss(train_block, cross_block, net(Zt[train_t]), net(Zt[val_t]), lam_eff(len(train)))
 
+    # K_ξ, and so the losses, scale with k_Y(0) (train_stage's loss_unit: the fit then does not depend on the
+    # outcome's units).
     history = train_stage(net, loss, len(train), settings, stage, generator,
-                          val_loss_fn=None if val is None else val_loss, label=label, n_threads=n_threads)
+                          val_loss_fn=None if val is None else val_loss, label=label, n_threads=n_threads,
+                          loss_unit=_kernel_at_zero(gram.kernel))
     Psi = network_outputs(net, standardizer, Z, dtype, device)
     G = Psi.T @ Psi + lam_eff(len(Z)) * np.eye(M)
     return _FeatureMap(net, standardizer, Psi, G, history, dtype, device)

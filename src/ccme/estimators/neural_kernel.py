@@ -231,9 +231,19 @@ def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
     if rule == "kmeans":
         from sklearn.cluster import KMeans
 
-        centres = KMeans(n_clusters=M, n_init=4, random_state=seed).fit(Y).cluster_centers_
+        # In units of each column's spread, so that the points do not depend on the outcomes' units (the squared
+        # distance of raw columns is ruled by the one with the largest numbers).
+        centre, spread = column_spread(Y)
+        centres = KMeans(n_clusters=M, n_init=4, random_state=seed).fit((Y - centre) / spread).cluster_centers_
+        centres = centres * spread + centre
         return np.ascontiguousarray(centres[np.lexsort(centres.T[::-1])])
     raise ParameterError(f"`grid` must be 'auto', 'regular', 'quantile', 'kmeans', 'random' or an array; got {rule!r}")
+
+
+def column_spread(Z: np.ndarray):
+    """Each column's mean and standard deviation (1 for a constant column): the units distances are taken in."""
+    spread = Z.std(axis=0)
+    return Z.mean(axis=0), np.where(spread > 0, spread, 1.0)
 
 
 def outcome_loadings(grid: np.ndarray, Y: np.ndarray):
@@ -246,7 +256,8 @@ def outcome_loadings(grid: np.ndarray, Y: np.ndarray):
     partition of unity of the sorted grid (one-dimensional outcome: h_j is 1
     at ỹ_j and falls linearly to 0 at its neighbours; outcomes beyond the
     grid's ends go to the end point), or the indicator of the nearest grid
-    point (d_y > 1).  Within each cell the estimate then takes the local shape
+    point (d_y > 1; each column in units of the grid points' standard
+    deviation in it, so that "nearest" does not depend on the outcomes' units).  Within each cell the estimate then takes the local shape
     of the outcomes' distribution — a spike of outcomes narrower than the
     grid's step stays a spike, which M points with one read-out bandwidth
     cannot draw — while the grid's weights, the network's output, set how much
@@ -286,7 +297,8 @@ def outcome_loadings(grid: np.ndarray, Y: np.ndarray):
         np.add.at(H, (rows, order[left]), (1.0 - t) * counts)
         np.add.at(H, (rows, order[left + 1]), t * counts)
     else:
-        nearest = np.argmin(((values[:, None, :] - grid[None, :, :]) ** 2).sum(axis=2), axis=1)
+        _, spread = column_spread(grid)
+        nearest = np.argmin((((values[:, None, :] - grid[None, :, :]) / spread) ** 2).sum(axis=2), axis=1)
         H[rows, nearest] = counts
     mass = H.sum(axis=0)
     empty = np.flatnonzero(mass <= 0)
@@ -428,8 +440,11 @@ def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_th
     def val_loss():
         return nk_loss(net(Zt[val_t]), Tt[val_t], ct[val_t], Kt)
 
+    # The losses are in units of k_Y(0), K_M's diagonal (train_stage's loss_unit: the fit then does not depend on
+    # the outcome's units).
     history = train_stage(net, loss, len(train), settings, stage, generator,
-                          val_loss_fn=None if val is None else val_loss, label=label, n_threads=n_threads)
+                          val_loss_fn=None if val is None else val_loss, label=label, n_threads=n_threads,
+                          loss_unit=float(np.mean(np.diag(K_M))))
     return net, standardizer, history
 
 
