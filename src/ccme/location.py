@@ -38,7 +38,11 @@ The mean model follows the pseudo-outcome of the fit's ``mode``
 - ``"dr"``: ψ_i = m̂₀(X_i) + 1{A_i = a}/π̂_a(X_i) · (Y_i − m̂₀(X_i)), m̂₀ a
   linear ridge of Y on the outcome model's covariates among the arm's units
   (leave-one-out fits for the arm's own units);
-- ``"ipw"``: ψ_i = 1{A_i = a} Y_i / π̂_a(X_i);  ``"pi"``: ψ_i = m̂₀(X_i);
+- ``"ipw"``: ψ_i = ȳ_a + 1{A_i = a}/π̂_a(X_i) · (Y_i − ȳ_a), ȳ_a the arm's
+  mean outcome: the DR pseudo-outcome with a constant outcome model, unbiased
+  as 1{A_i = a} Y_i / π̂_a(X_i) is; that one moves by c·1{A_i = a}/π̂_a(X_i),
+  not by c, when Y moves by c, so the estimate depended on the outcome's
+  origin;  ``"pi"``: ψ_i = m̂₀(X_i);
 - ``"onestep"``: Y_i among the arm's units (the arm's observed law).
 
 Each ridge has an unpenalised intercept, standardised columns and its
@@ -574,7 +578,9 @@ def fit_location(*, V: np.ndarray, Xo: np.ndarray, Y: np.ndarray, A: np.ndarray,
         else:
             pi = scores[:, arm]
             if mode == "ipw":
-                psi = np.where(own[:, None], Y / pi[:, None], 0.0)
+                weights = w[fit_own]
+                mean = weights @ Y[fit_own] / weights.sum()
+                psi = mean + np.where(own[:, None], (Y - mean) / pi[:, None], 0.0)
             else:
                 first = ridge_loo(Xo[fit_own], Y[fit_own], w[fit_own])
                 m0 = first.predict(Xo)
