@@ -117,6 +117,24 @@ def test_a_shift_of_the_outcome_shifts_every_modes_mean_model(arrays, mode):
         np.testing.assert_allclose(moved[arm].predict(V), models[arm].predict(V) + 100.0, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("mode", ["dr", "ipw", "onestep"])
+def test_a_far_out_outcome_does_not_pull_the_mean_model(arrays, mode):
+    """One outcome moved 10⁴ out: the mean models are those fitted to the outcomes clipped to Tukey's far-out fences
+    (Q1 − 3 IQR, Q3 + 3 IQR), and that unit's residual is its own outcome less its centre."""
+    V, Xo, Y, A, scores = arrays
+    far = np.flatnonzero(A == 1)[0]
+    moved = Y.copy()
+    moved[far] = 1e4
+    models, residual = fit_location(V=V, Xo=Xo, Y=moved, A=A, scores=scores, arms=(1, 0), mode=mode)
+    q1, q3 = np.quantile(moved, [0.25, 0.75])
+    clipped = np.clip(moved, q1 - 3 * (q3 - q1), q3 + 3 * (q3 - q1))
+    assert clipped[far, 0] < 20 and np.array_equal(np.delete(clipped, far), np.delete(moved, far))
+    twins, twin_residual = fit_location(V=V, Xo=Xo, Y=clipped, A=A, scores=scores, arms=(1, 0), mode=mode)
+    for arm in (1, 0):
+        np.testing.assert_allclose(models[arm].predict(V), twins[arm].predict(V), rtol=1e-12)
+    np.testing.assert_allclose(residual - twin_residual, moved - clipped, rtol=0, atol=1e-9)
+
+
 def test_dr_mean_finds_the_counterfactual_slope(arrays):
     """Confounding by X3 outside V biases the arm's own regression; the DR-learner's mean is E[Y^a | V] = 1 + 2 v1 + a."""
     V, Xo, Y, A, scores = arrays

@@ -848,3 +848,36 @@ def test_a_multivariate_outcome_with_too_many_atoms_keeps_the_rule(monkeypatch):
     assert not [c for c in res.tuning.curves if c.parameter == "y_bandwidth"]
     assert any("up to 20 atoms per fold and arm" in n and "the rule was kept" in n for n in res.tuning.notes)
     assert "y_bandwidth" not in res.tuning.chosen
+
+
+def test_readout_span_is_the_outcomes_range_unless_some_lie_far_out():
+    """The read-out criterion's span: min(Y)..max(Y) where every outcome lies within Tukey's far-out fences
+    (Q1 − 3 IQR, Q3 + 3 IQR), else cut to 6 kernel scales beyond them; the bins put no weight on values beyond it."""
+    from ccme.kernels import Kernel
+    from ccme.tuning import _Bins, readout_span
+
+    rng = np.random.default_rng(4)
+    y = rng.normal(size=500)
+    kernel = Kernel("gaussian", (0.3,), "silverman")
+    np.testing.assert_array_equal(readout_span(y[:, None], kernel), [y.min(), y.max()])
+    moved = np.r_[y, 4000.0]
+    q1, q3 = np.quantile(moved, [0.25, 0.75])
+    np.testing.assert_allclose(readout_span(moved[:, None], kernel), [y.min(), q3 + 3 * (q3 - q1) + 6 * 0.3])
+    bins = _Bins(readout_span(moved[:, None], kernel), 0.1)
+    M = bins.matrix(np.array([0.0, 4000.0])).toarray()
+    assert M[:, 0].sum() == pytest.approx(1.0) and not M[:, 1].any()
+
+
+def test_a_far_out_outcome_leaves_the_readout_bandwidth_where_it_was():
+    """One outcome moved to 5000 (the bulk's sd is about 8): each arm's chosen σ_y stays within a third of the
+    clean data's.  Over min(Y)..max(Y) the criterion's 256 quadrature points fell 20 apart and σ_y moved to 2.6
+    and 1.8 times its clean value in the control arm (the far-out unit treated, then control)."""
+    data = ccme.datasets.paper_simulation(600, seed=5)
+    formula = "y ~ a | x1 + x2 | x3 + x4 + x5"
+    clean = ccme.fit(formula, data, seed=2).tuning.chosen["y_bandwidth"]
+    for position in (0, 3):
+        moved = data.copy()
+        moved.loc[moved.index[position], "y"] = 5000.0
+        chosen = ccme.fit(formula, moved, seed=2).tuning.chosen["y_bandwidth"]
+        for arm in (1, 0):
+            assert 0.75 < chosen[arm] / clean[arm] < 1.33

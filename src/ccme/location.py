@@ -45,7 +45,10 @@ The mean model follows the pseudo-outcome of the fit's ``mode``
   origin;  ``"pi"``: ψ_i = m̂₀(X_i);
 - ``"onestep"``: Y_i among the arm's units (the arm's observed law).
 
-Each ridge has an unpenalised intercept, standardised columns and its
+Every regression sees the outcomes clipped to Tukey's far-out fences
+(:mod:`ccme.fences`; a far-out value would pull a least-squares line), and
+the residuals are those of the outcomes themselves.  Each ridge has an
+unpenalised intercept, standardised columns and its
 penalty chosen by exact leave-one-out (PRESS, via the hat matrix's
 diagonal; Allen 1974) over :data:`PENALTY_GRID`.  A unit's residual uses its
 leave-one-out mean, R_i = Y_i − m̂_a^{(−i)}(V_i), so that its own outcome
@@ -66,6 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DataError, FormatError, ParameterError
+from .fences import bulk_range
 
 __all__ = ["AUTO_THRESHOLD", "FOLD_CRITERION", "LocationModel", "LOCATIONS", "MANY_V_COVARIATES", "check_location",
            "choose_location", "clearly_lower", "criterion_difference", "default_location", "fit_location",
@@ -566,26 +570,30 @@ def fit_location(*, V: np.ndarray, Xo: np.ndarray, Y: np.ndarray, A: np.ndarray,
     inside = np.arange(n) if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
     residual = np.empty_like(Y)
     models = {}
+    # The mean model's outcomes: far-out values clipped to Tukey's fences (ccme.fences), so that a least-squares
+    # line is not pulled by them; the residuals are still those of Y itself.
+    low, high = bulk_range(Y[inside])
+    Yc = np.clip(Y, low, high)
     for arm in arms:
         own = A == arm
         fit_own = np.zeros(n, dtype=bool)
         fit_own[inside] = own[inside]                    # the arm's units among the fitted ones
         units = np.flatnonzero(fit_own) if mode == "onestep" else inside
         if mode == "onestep":
-            fit = ridge_loo(V[fit_own], Y[fit_own], w[fit_own])
+            fit = ridge_loo(V[fit_own], Yc[fit_own], w[fit_own])
             residual[own] = Y[own] - fit.predict(V[own])
-            residual[fit_own] = fit.loo_residuals
+            residual[fit_own] = Y[fit_own] - (Yc[fit_own] - fit.loo_residuals)
         else:
             pi = scores[:, arm]
             if mode == "ipw":
                 weights = w[fit_own]
-                mean = weights @ Y[fit_own] / weights.sum()
-                psi = mean + np.where(own[:, None], (Y - mean) / pi[:, None], 0.0)
+                mean = weights @ Yc[fit_own] / weights.sum()
+                psi = mean + np.where(own[:, None], (Yc - mean) / pi[:, None], 0.0)
             else:
-                first = ridge_loo(Xo[fit_own], Y[fit_own], w[fit_own])
+                first = ridge_loo(Xo[fit_own], Yc[fit_own], w[fit_own])
                 m0 = first.predict(Xo)
-                m0[fit_own] = Y[fit_own] - first.loo_residuals  # the arm's units: their leave-one-out fits
-                psi = m0 + np.where(own[:, None], (Y - m0) / pi[:, None], 0.0) if mode == "dr" else m0
+                m0[fit_own] = Yc[fit_own] - first.loo_residuals  # the arm's units: their leave-one-out fits
+                psi = m0 + np.where(own[:, None], (Yc - m0) / pi[:, None], 0.0) if mode == "dr" else m0
             fit = ridge_loo(V[inside], psi[inside], w[inside])
             centre = fit.predict(V)
             # m̂^(−i)(V_i) = ψ_i − e_i: the unit's own pseudo-outcome left out of its centre
