@@ -25,22 +25,29 @@ long-tailed cases (``spike_tail``, ``nsw_race``, seeds 1-4) it gave 1.10 / 1.19
 of the error, the tail beyond the fences being drawn by the end point's one
 weight.
 
-Where the IQR is 0 (half of the outcomes or more at one value) the fences
-say nothing about the rest, and the range is the outcomes' own.
+The fences cut the range only where at most :data:`FAR_OUT_SHARE` (1%) of
+the values lie beyond them: more, and those values are a tail or a second
+mass, not a few far-out values (a t₃ law has 1.3% beyond, a lognormal with
+σ = 1.5 6%; 300 zeros and 100 values from 1 to 50 have quartiles 0 and 0.25,
+and all 100 beyond), and the range is the values' own, as it is where the IQR
+is 0.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FAR_OUT", "bulk_range"]
+__all__ = ["FAR_OUT", "FAR_OUT_SHARE", "bulk_range"]
 
 #: Tukey's multiple of the interquartile range beyond the quartiles for "far out" values.
 FAR_OUT = 3.0
 
+#: The largest share of values beyond the fences for which they still cut the range (module docstring).
+FAR_OUT_SHARE = 0.01
+
 
 def bulk_range(Y) -> tuple[np.ndarray, np.ndarray]:
-    """Each column's range clipped to Tukey's far-out fences: (max(min, Q1 − 3 IQR), min(max, Q3 + 3 IQR)).
+    """Each column's range cut to Tukey's far-out fences: (max(min, Q1 − 3 IQR), min(max, Q3 + 3 IQR)).
 
     Parameters
     ----------
@@ -49,7 +56,8 @@ def bulk_range(Y) -> tuple[np.ndarray, np.ndarray]:
     Returns
     -------
     (ndarray (d,), ndarray (d,))
-        The lower and upper ends; a column whose IQR is 0 keeps its minimum and maximum.
+        The lower and upper ends; a column whose IQR is 0, or with more than :data:`FAR_OUT_SHARE` of its values
+        beyond the fences, keeps its minimum and maximum.
 
     Examples
     --------
@@ -64,5 +72,6 @@ def bulk_range(Y) -> tuple[np.ndarray, np.ndarray]:
     q1, q3 = np.quantile(Y, [0.25, 0.75], axis=0)
     spread = FAR_OUT * (q3 - q1)
     low, high = Y.min(axis=0), Y.max(axis=0)
-    fenced = spread > 0
+    beyond = np.mean((Y < q1 - spread) | (Y > q3 + spread), axis=0)
+    fenced = (spread > 0) & (beyond <= FAR_OUT_SHARE)
     return np.where(fenced, np.maximum(low, q1 - spread), low), np.where(fenced, np.minimum(high, q3 + spread), high)

@@ -1786,6 +1786,7 @@ def readout_span(Y: np.ndarray, widest: Kernel) -> np.ndarray:
     (``benchmarks/accuracy/far_out.py``).  The criterion then estimates the
     integrated squared error over the bulk and this margin, where the far-out
     atoms, MARGIN scales beyond it, put no mass; outcomes within the fences
+    (or with more than 1% beyond them: a tail, not a few far-out values)
     leave the span at min(Y)..max(Y), and the criterion as it was.
     """
     y = Y[:, 0]
