@@ -1774,6 +1774,14 @@ def _group_curves(parameter: str, kernel: Kernel, theta, visits) -> list:
 # ---------------------------------------------------------------------------
 # the read-out criterion on a Nyström proxy of the fit (tune_ridge, before the exact fit)
 # ---------------------------------------------------------------------------
+def _readout_quadrature(Y: np.ndarray, base: Kernel, factors) -> tuple[np.ndarray, np.ndarray]:
+    """The read-out criterion's span (:func:`readout_span`) and its :data:`_ISE_GRID` quadrature points for ∫p̂²,
+    at the widest read-out bandwidth the factors reach (d_y = 1)."""
+    widest = Kernel(base.name, tuple(base.bandwidth_array * np.max(factors)), base.rule)
+    span = readout_span(Y, widest)
+    return span, outcome_grid(span, widest, size=_ISE_GRID)
+
+
 def readout_span(Y: np.ndarray, widest: Kernel) -> np.ndarray:
     """The two ends of the outcomes the read-out criterion's ∫p̂² and binning cover (d_y = 1).
 
@@ -2068,9 +2076,7 @@ def _readout_proxy(*, mode, design, Xo, folds, scores, kernels, lam0, lam1, fact
     base = kernels["y"]
     factors = np.asarray(factors, dtype=np.float64)
     rng = _units_rng(seed, 5)
-    widest = Kernel(base.name, tuple(base.bandwidth_array * factors.max()), base.rule)
-    span = readout_span(Y, widest)
-    grid = outcome_grid(span, widest, size=_ISE_GRID)
+    span, grid = _readout_quadrature(Y, base, factors)
     bins = _Bins(span, float(base.bandwidth_array[0] * factors.min()))
     held = {}  # (fold, arm) → (units the chosen ones stand for, the chosen units)
     if augmented:  # units of every arm, shared by the arms
@@ -2388,8 +2394,7 @@ def tune_outcome_bandwidth(*, embeddings, design, folds, scores, base: Kernel, f
     factors = np.asarray(factors, dtype=np.float64)
     rng = np.random.default_rng(seed)
     if Y.shape[1] == 1:
-        widest = Kernel(base.name, tuple(base.bandwidth_array * factors.max()), base.rule)
-        grid = outcome_grid(readout_span(Y, widest), widest, size=_ISE_GRID)[:, None]
+        grid = _readout_quadrature(Y, base, factors)[1][:, None]
     kernels, curves = {}, []
     for arm in design.arms:
         per_fold, units = [], []

@@ -233,17 +233,11 @@ def make_grid(rule, Y: np.ndarray, M: int, seed: int) -> np.ndarray:
 
         # In units of each column's spread, so that the points do not depend on the outcomes' units (the squared
         # distance of raw columns is ruled by the one with the largest numbers).
-        centre, spread = column_spread(Y)
-        centres = KMeans(n_clusters=M, n_init=4, random_state=seed).fit((Y - centre) / spread).cluster_centers_
-        centres = centres * spread + centre
+        units = Standardizer(Y, True)
+        centres = KMeans(n_clusters=M, n_init=4, random_state=seed).fit(units(Y)).cluster_centers_
+        centres = centres * units.sd + units.mean
         return np.ascontiguousarray(centres[np.lexsort(centres.T[::-1])])
     raise ParameterError(f"`grid` must be 'auto', 'regular', 'quantile', 'kmeans', 'random' or an array; got {rule!r}")
-
-
-def column_spread(Z: np.ndarray):
-    """Each column's mean and standard deviation (1 for a constant column): the units distances are taken in."""
-    spread = Z.std(axis=0)
-    return Z.mean(axis=0), np.where(spread > 0, spread, 1.0)
 
 
 def outcome_loadings(grid: np.ndarray, Y: np.ndarray):
@@ -297,7 +291,7 @@ def outcome_loadings(grid: np.ndarray, Y: np.ndarray):
         np.add.at(H, (rows, order[left]), (1.0 - t) * counts)
         np.add.at(H, (rows, order[left + 1]), t * counts)
     else:
-        _, spread = column_spread(grid)
+        spread = Standardizer(grid, True).sd
         nearest = np.argmin((((values[:, None, :] - grid[None, :, :]) / spread) ** 2).sum(axis=2), axis=1)
         H[rows, nearest] = counts
     mass = H.sum(axis=0)
