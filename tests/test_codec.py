@@ -605,8 +605,28 @@ def _network(d_in, d_out, dtype_name="float64", seed=0):
 
     generator = torch.Generator().manual_seed(seed)
     dtype = getattr(torch, dtype_name)
-    Z = np.random.default_rng(seed).normal(size=(30, d_in))
-    return make_mlp(d_in, (5, 4), d_out, generator, dtype, torch.device("cpu")), Standardizer(Z, True), dtype
+    Z = np.random.default_rng(seed).normal(size=(120, d_in))
+    Z[0, 0] = 50.0          # far out: the input map clips the first column at its fences, which the state keeps
+    standardizer = Standardizer(Z, True, far_out=True)
+    return make_mlp(d_in, (5, 4), d_out, generator, dtype, torch.device("cpu")), standardizer, dtype
+
+
+def test_a_networks_input_fences_round_trip_and_an_older_network_reads_its_inputs_unclipped():
+    from ccme.estimators.deep_feature import _network_from_state
+    from ccme.estimators.training import network_to_arrays
+
+    net, standardizer, dtype = _network(2, 3)
+    # the first column's fence cuts the value at 50; the second's (nothing beyond it) only later inputs beyond it
+    assert standardizer.high[0] < 10 and 3 < standardizer.high[1] < 10
+    state = network_to_arrays(net, standardizer, dtype, "cpu")
+    far = np.array([[1e3, 1e3]])
+    back = _network_from_state(state)[1]
+    np.testing.assert_array_equal(back(far), standardizer(far))
+    np.testing.assert_array_equal(back(far)[0, 0], (standardizer.high[0] - standardizer.mean[0]) / standardizer.sd[0])
+    older = _network_from_state({k: v for k, v in state.items() if k not in ("low", "high")})[1]
+    np.testing.assert_array_equal(older(far), (far - standardizer.mean) / standardizer.sd)
+    with pytest.raises(FormatError, match="fields"):
+        _network_from_state({k: v for k, v in state.items() if k != "low"})
 
 
 def _history(seed):

@@ -60,6 +60,21 @@ def test_standardizer_divides_by_the_given_scale_and_drops_infinite_ones():
     np.testing.assert_array_equal(Standardizer(Z, True)(Z), (Z - Z.mean(axis=0)) / Z.std(axis=0))
 
 
+def test_standardizer_clips_far_out_inputs_at_the_training_fences():
+    """``far_out``: the numpy twin clips at Q1 − 3 IQR, Q3 + 3 IQR of the training column (where at most 1% lie
+    beyond) and takes the mean and sd of the clipped values; a column without far-out values maps as before."""
+    Z = np.random.default_rng(3).normal(size=(200, 2))
+    Z[5, 1] = -1e4
+    got = Standardizer(Z, True, far_out=True)
+    q1, q3 = np.quantile(Z[:, 1], [0.25, 0.75])
+    clipped = np.clip(Z[:, 1], q1 - 3 * (q3 - q1), q3 + 3 * (q3 - q1))
+    new = np.array([[0.3, 1e6], [0.3, -2.0]])
+    np.testing.assert_allclose(got(new)[:, 1], (np.clip(new[:, 1], clipped.min(), q3 + 3 * (q3 - q1))
+                                                - clipped.mean()) / clipped.std(), rtol=1e-12)
+    np.testing.assert_array_equal(got(new)[:, 0], Standardizer(Z, True)(new)[:, 0])
+    assert clipped.min() == q1 - 3 * (q3 - q1) and abs(got(Z)).max() < 6
+
+
 def test_input_scales_are_the_ridge_search_bandwidths(data, fitted):
     """The twin: a kernel ridge fit with the same search, data and seed has exactly these X and V kernels."""
     with warnings.catch_warnings():

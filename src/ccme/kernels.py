@@ -16,7 +16,8 @@ only the Gaussian and Laplace kernels are offered there.
 Bandwidth rules (the defaults)
 ------------------------------
 ``"median"`` (X and V): each column is standardised by its standard deviation
-and the bandwidth is the median pairwise Euclidean distance of the
+(with the values clipped to Tukey's far-out fences, :func:`ccme.fences.bulk_sd`,
+so that a few far-out values do not set it) and the bandwidth is the median pairwise Euclidean distance of the
 standardised rows (on at most 1000 rows drawn with a fixed generator; the
 zero distances between duplicated rows are left out), mapped
 back to each column's units: σ_d = sd_d × median.  A constant column gets
@@ -67,6 +68,7 @@ import numpy as np
 
 from ._backend import DENSITY_KERNELS, KERNELS
 from .errors import DataWarning, FormatError, ParameterError
+from .fences import bulk_sd
 from .io import check_schema, make_state
 
 __all__ = ["Kernel", "Group", "KERNELS", "DENSITY_KERNELS", "median_bandwidth", "silverman_bandwidth", "resolve_kernel",
@@ -324,8 +326,9 @@ def median_bandwidth(Z: np.ndarray, seed: int = 0, *, what: str = "bandwidth", g
     standardised one by one whatever their group.
     """
     Z = np.asarray(Z, dtype=np.float64)
-    sd = Z.std(axis=0)
-    constant = ~(sd > 1e-12 * np.maximum(1.0, np.abs(Z).max(axis=0)))
+    constant = ~(Z.std(axis=0) > 1e-12 * np.maximum(1.0, np.abs(Z).max(axis=0)))
+    # A few far-out values must not set a column's scale (ccme.fences): its sd with them clipped to the fences.
+    sd = bulk_sd(Z)
     blocks = [list(g.columns) for g in groups if g.categorical and len(g.columns) > 1]
     if blocks:
         sd = sd.copy()

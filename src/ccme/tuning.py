@@ -139,7 +139,7 @@ from threadpoolctl import threadpool_limits
 from . import _backend
 from .errors import CcmeWarning, ParameterError
 from .kernels import Kernel
-from .fences import bulk_range
+from .fences import bulk_range, bulk_sd
 from .grids import MARGIN, kernel_scale, outcome_grid
 from .memory import check_allocation
 from .propensity import arm_probabilities
@@ -393,7 +393,8 @@ class TuningReport:
         ``levels`` (categorical kinds), ``factor`` (of the rule's bandwidth;
         inf: dropped), ``bandwidth`` (a numeric group's first column, in its
         units; a categorical block's common one), ``bandwidth_sd`` (numeric:
-        the bandwidth in standard deviations of the column), ``smoothing``
+        the bandwidth in standard deviations of the column, as the median rule
+        measures them: with far-out values clipped, :func:`ccme.fences.bulk_sd`), ``smoothing``
         (categorical kinds: Li and Racine's λ, the kernel between two
         different levels, or adjacent ones when ordered; 1 = dropped) and
         ``dropped``.  Empty when no bandwidth was learned per group.
@@ -930,7 +931,7 @@ def _tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0, 
             tuned_x = tuned_x.narrowed(DR_FIRST_STAGE_BANDWIDTH)
             report.notes.append(f"the first stage's X bandwidths are {DR_FIRST_STAGE_BANDWIDTH:g} x their "
                                 "leave-one-out choice (ccme.tuning.DR_FIRST_STAGE_BANDWIDTH)")
-        report.relevance += _relevance("X", x_kernel, tuned_x, theta, Xo.std(axis=0))
+        report.relevance += _relevance("X", x_kernel, tuned_x, theta, bulk_sd(Xo))
         report.curves += _group_curves("x_bandwidth", tuned_x, theta, visits)
         report.chosen["x_bandwidth"] = [float(b) for b in tuned_x.bandwidth]
         x_kernel = prepared["kernels"]["x"] = tuned_x
@@ -1058,7 +1059,7 @@ def _tune_ridge(*, data, folds, params, grids, first_stage=None, seed: int = 0, 
                                                          for g in v_kernel.groups], dtype=bool)
                 theta = np.where(shifted, theta + V_ARD_SHIFT, theta)
                 tuned_v = _ard_kernel(v_kernel, theta)
-            report.relevance += _relevance("V", v_kernel, tuned_v, theta, V.std(axis=0))
+            report.relevance += _relevance("V", v_kernel, tuned_v, theta, bulk_sd(V))
             report.chosen["v_bandwidth"] = [float(b) for b in tuned_v.bandwidth]
             v_kernel = prepared["kernels"]["v"] = tuned_v
             searched["V"] = (count, time.perf_counter() - ard_started)

@@ -300,7 +300,7 @@ def fit_feature_map(Z, gram: PseudoOutcomeGram, *, lam, scaling, M, settings, st
     def lam_eff(count):
         return penalty_shift(lam, count, scaling)
 
-    standardizer = Standardizer(Z, settings.standardize, scale)
+    standardizer = Standardizer(Z, settings.standardize, scale, far_out=True)
     # The split first: it then does not depend on M, so tuning compares every M on the same held-out units.
     train, val = split_units(len(Z), settings, generator)
     net = make_mlp(Z.shape[1], settings.hidden, M, generator, dtype, device)
@@ -495,8 +495,9 @@ def _network_from_state(state):
     from ..errors import CcmeError, FormatError
 
     fields = {"layers", "mean", "sd", "dtype", "device"}
-    if not isinstance(state, dict) or set(state) != fields:
-        raise FormatError(f"a stored network should have the fields {sorted(fields)}")
+    fences = {"low", "high"}      # the inputs' fences (:class:`Standardizer`); files written before them lack them
+    if not isinstance(state, dict) or not (set(state) == fields or set(state) == fields | fences):
+        raise FormatError(f"a stored network should have the fields {sorted(fields | fences)}")
     layers = state["layers"]
     if (not isinstance(layers, dict) or not layers
             or not all(isinstance(v, np.ndarray) and v.dtype.kind == "f" for v in layers.values())

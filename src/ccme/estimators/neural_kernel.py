@@ -414,7 +414,7 @@ def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_th
     ``scale``: the inputs' per-column scales (:func:`ccme.estimators.training.input_scale`; None: their sd)."""
     torch = require_torch()
     device, dtype = torch_device(settings), torch_dtype(settings)
-    standardizer = Standardizer(Z, settings.standardize, scale)
+    standardizer = Standardizer(Z, settings.standardize, scale, far_out=True)
     # The split first: it then does not depend on M, so tuning compares every M on the same held-out units.
     train, val = split_units(len(Z), settings, generator)
     net = make_mlp(Z.shape[1], settings.hidden, K_M.shape[0], generator, dtype, device)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..errors import CcmeError, ParameterError
+from ..fences import far_out_fences
 from ..pseudo import pseudo_outcome
 from .base import FoldFit, Estimator, Parameters, Tuned, linear_terms
 
@@ -205,16 +206,27 @@ def stage_generator(seed: int, arm: int, stage: int):
 
 
 class Standardizer:
-    """Affine input map (x − mean) / scale fitted on the training units (identity when switched off).
+    """Affine input map (clip(x) − mean) / scale fitted on the training units (identity when switched off).
 
     The scale is each column's standard deviation, or the per-column
     ``scale`` given: the bandwidths of an input kernel
     (:mod:`ccme.estimators.input_relevance`), inf for a dropped column, which
-    then enters as 0.
+    then enters as 0.  With ``far_out`` each column is first clipped at the
+    training values' far-out fences (:func:`ccme.fences.far_out_fences`; no
+    clipping where they do not cut), the same bounds for every later input,
+    so that a far-out covariate value enters a network at the fence rather
+    than hundreds of scales out, where the ReLU layers would carry it on
+    linearly (:mod:`ccme.fences`); the mean and the sd are then the clipped
+    values'.
     """
 
-    def __init__(self, Z: np.ndarray, enabled: bool, scale=None):
+    def __init__(self, Z: np.ndarray, enabled: bool, scale=None, far_out: bool = False):
+        Z = np.asarray(Z, dtype=np.float64)
+        self.low, self.high = np.full(Z.shape[1], -np.inf), np.full(Z.shape[1], np.inf)
         if enabled and len(Z) > 1:
+            if far_out:
+                self.low, self.high = far_out_fences(Z)
+                Z = self.clip(Z)
             self.mean = Z.mean(axis=0)
             if scale is not None:
                 self.sd = np.array(scale, dtype=np.float64)
@@ -225,8 +237,12 @@ class Standardizer:
             self.mean = np.zeros(Z.shape[1])
             self.sd = np.ones(Z.shape[1])
 
+    def clip(self, Z: np.ndarray) -> np.ndarray:
+        """``Z`` with each column clipped at the fences (unchanged without them)."""
+        return np.clip(np.asarray(Z, dtype=np.float64), self.low, self.high)
+
     def __call__(self, Z: np.ndarray) -> np.ndarray:
-        return (np.asarray(Z, dtype=np.float64) - self.mean) / self.sd
+        return (self.clip(Z) - self.mean) / self.sd
 
 
 def make_mlp(d_in: int, hidden: tuple, d_out: int, generator, dtype, device):
@@ -640,13 +656,13 @@ def network_to_arrays(net, standardizer: Standardizer, dtype, device) -> dict:
     """A trained network and its input map as plain arrays and strings, for :mod:`ccme.io`.
 
     The layers' weights and biases (``net.state_dict()`` as numpy arrays of
-    the network's dtype), the standardiser's mean and sd, the dtype's and the
+    the network's dtype), the standardiser's mean, sd and fences, the dtype's and the
     device's names; :func:`network_from_arrays` rebuilds the network from the
     layer shapes.
     """
     layers = {name: t.detach().to("cpu").numpy().copy() for name, t in net.state_dict().items()}
     return {"layers": layers, "mean": standardizer.mean, "sd": standardizer.sd,
-            "dtype": str(dtype).removeprefix("torch."), "device": str(device)}
+            "low": standardizer.low, "high": standardizer.high, "dtype": str(dtype).removeprefix("torch."), "device": str(device)}
 
 
 def network_from_arrays(state: dict):
@@ -670,4 +686,7 @@ def network_from_arrays(state: dict):
     net.load_state_dict({name: torch.as_tensor(value, device=device) for name, value in layers.items()}, strict=True)
     standardizer = Standardizer.__new__(Standardizer)
     standardizer.mean, standardizer.sd = np.asarray(state["mean"]), np.asarray(state["sd"])
+    # A network saved before the inputs' fences were kept: no clipping, as it was trained.
+    standardizer.low = np.asarray(state.get("low", np.full(standardizer.mean.shape, -np.inf)))
+    standardizer.high = np.asarray(state.get("high", np.full(standardizer.mean.shape, np.inf)))
     return net, standardizer, dtype, device
