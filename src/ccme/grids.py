@@ -8,7 +8,12 @@ bandwidth in use (doubled for the Laplace kernel, whose tails are heavier).
 Beyond six Gaussian scales an atom keeps less than 1e-9 of its mass (the
 Laplace kernel at twelve bandwidths less than 1e-5), so normalised CDFs are
 0 and 1 at the ends of the grid and densities integrate to one on it.
-Only the number of points (or the step) differs between uses.
+Only the number of points (or the step) differs between uses, and the
+drawing grid (:meth:`ccme.CCMEResult.default_grid`: plots, bands), which
+spans the outcomes within Tukey's far-out fences (``bulk=True``,
+:func:`ccme.fences.bulk_range`): one outcome a hundred sds out would leave the
+bulk between a handful of its 400 points, and the plot flat.  Where nothing
+lies beyond the fences it is the same grid.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import DataError, ParameterError
+from .fences import bulk_range
 from .kernels import Kernel
 
 __all__ = ["MARGIN", "kernel_scale", "outcome_grid"]
@@ -31,7 +37,8 @@ def kernel_scale(kernels) -> float:
     return max(k.bandwidth_array[0] * (2.0 if k.name == "laplace" else 1.0) for k in kernels)
 
 
-def outcome_grid(Y: np.ndarray, kernels, *, size: int | None = None, step: float | None = None) -> np.ndarray:
+def outcome_grid(Y: np.ndarray, kernels, *, size: int | None = None, step: float | None = None,
+                 bulk: bool = False) -> np.ndarray:
     """An increasing grid over the outcomes ``Y`` ± :data:`MARGIN` kernel scales (d_y = 1).
 
     Parameters
@@ -45,6 +52,9 @@ def outcome_grid(Y: np.ndarray, kernels, *, size: int | None = None, step: float
     step : float, optional
         Spacing instead of a number of points (``np.arange``; the grid ends
         at the first point at or beyond the upper margin).
+    bulk : bool, default False
+        Span the outcomes within Tukey's far-out fences (:func:`ccme.fences.bulk_range`) rather than all of them:
+        for drawing, not for integrals over the whole law.
 
     Returns
     -------
@@ -60,7 +70,8 @@ def outcome_grid(Y: np.ndarray, kernels, *, size: int | None = None, step: float
         raise DataError("an outcome grid exists only for a one-dimensional outcome; pass the points `y`")
     y = Y.reshape(-1)
     margin = MARGIN * kernel_scale(kernels)
-    lo, hi = y.min() - margin, y.max() + margin
+    low, high = (float(end[0]) for end in bulk_range(y)) if bulk else (y.min(), y.max())
+    lo, hi = low - margin, high + margin
     if (size is None) == (step is None):
         raise ValueError("give exactly one of `size` and `step`")
     if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2):

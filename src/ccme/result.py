@@ -936,6 +936,10 @@ class CCMEResult:
     def default_grid(self, size: int = 400) -> np.ndarray:
         """An outcome grid over the data ± the margin of :mod:`ccme.grids` (d_y = 1), for plots.
 
+        It spans the outcomes within Tukey's far-out fences (:func:`ccme.fences.bulk_range`; all of them unless
+        at most 1% lie far out), so that a few far-out outcomes do not leave the bulk between a handful of points;
+        the functionals that integrate over the whole law (quantiles, modes, distances) use :meth:`fine_grid`.
+
         Parameters
         ----------
         size : int, default 400
@@ -953,7 +957,7 @@ class CCMEResult:
         >>> res.default_grid().shape, res.default_grid(50).shape
         ((400,), (50,))
         """
-        return outcome_grid(self.design.Y, [self.embeddings[arm].y_kernel for arm in self.arms], size=size)
+        return outcome_grid(self.design.Y, [self.embeddings[arm].y_kernel for arm in self.arms], size=size, bulk=True)
 
     # -- effects and uncertainty -------------------------------------------
     def effect(self, *, newdata=PROFILES, arms=None, q=None, y=None, alpha=None, level=0.95, n_boot=None,
