@@ -70,6 +70,18 @@ def test_numbers_with_thousands_separators_warn_naming_the_column_and_the_fix():
     assert fixed.X.shape[1] == 2
 
 
+def test_a_missing_value_code_among_numbers_is_named_with_its_fix():
+    """One 'n/a' (and one '.') in a numeric column makes pandas read it as text: the warning names them."""
+    data = _frame()
+    values = np.random.default_rng(2).normal(size=len(data)).round(4).astype(object)
+    values[[3, 7]] = ["n/a", "."]
+    with pytest.warns(DataWarning, match=r"'score' is text") as caught:
+        _design("y ~ a | v | score", data.assign(score=values))
+    message = str(caught[0].message)
+    assert "2 value(s) do not read as numbers ('n/a', '.')" in message
+    assert "na_values=" in message and "errors='coerce'" in message and "na_action='drop'" in message
+
+
 def test_an_identifier_column_warns_as_such():
     data = _frame().assign(patient=lambda d: [f"P-{i:04d}" for i in range(len(d))])
     with pytest.warns(DataWarning, match=r"'patient'.*identifier or free text"):

@@ -656,6 +656,15 @@ def _warn_many_levels(data: pd.DataFrame, variables) -> None:
                 "they have thousands separators: read the file with pandas.read_csv(..., thousands=',') "
                 "(and decimal=',' for decimal commas) or convert the column with pd.to_numeric"
             )
+            # A few entries that are not numbers at all turn a numeric column into text too (a code for missing).
+            words = present[as_numbers.isna().to_numpy()].unique()
+            if len(words):
+                cause += (
+                    f"; {int(as_numbers.isna().sum())} value(s) do not read as numbers "
+                    f"({', '.join(repr(w) for w in words[:3])}{', …' if len(words) > 3 else ''}): if they code "
+                    "missing values, give them to pandas.read_csv(..., na_values=[...]) or convert with "
+                    "pd.to_numeric(..., errors='coerce'), and pass na_action='drop'"
+                )
         else:
             cause = (
                 "it looks like an identifier or free text: leave it out of the formula, or convert it to numbers "
