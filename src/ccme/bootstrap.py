@@ -554,7 +554,7 @@ def _located_linear(res, arm, V, points, feature, kernel: Kernel, *, per_term: d
     # weights at V are the same for all of them.
     influence = shared_piece(cache, ("mean model influence", id(model)), lambda: _mean_model_influence(res, model))
     derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, points, feature, kernel, shift,
-                                      cache, read=None if fine is None else (fine, transform), design=model.design)
+                                      cache, read=None if fine is None else (fine, transform))
     return _Located(rows=rows, transform=transform, units=model.units, influence=influence, derivative=derivative)
 
 
@@ -613,7 +613,7 @@ def _moment_shift(s: np.ndarray) -> np.ndarray:
 
 
 def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel, shift, cache=None,
-                         read=None, design=None) -> np.ndarray:
+                         read=None) -> np.ndarray:
     """∂/∂coef of a located arm's raw feature at each V-point: (n_v, d_v · d, F), row j·d + l for coef[j, l].
 
     A change δcoef of the mean model's coefficients moves m̂(v) by v·δcoef
@@ -632,9 +632,7 @@ def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel
     density or CDF at many V-points; the atoms' derivatives are then taken
     once on that grid, summed per V-point by two products over the atoms
     (Σ_k c_k(v)(v − V_k)_j = v_j Σ_k c_k(v) − Σ_k c_k(v) V_kj) and read at each
-    V-point's y − m̂(v), as the features themselves are.  ``design``: the
-    mean model's map of V's columns (:meth:`ccme.location.LocationModel.design`,
-    its far-out clipping), through which v and V_k enter the lever.
+    V-point's y − m̂(v), as the features themselves are.
     """
     parts = embedding.parts
     units = [getattr(part, "atom_units", None) for part in parts]
@@ -644,16 +642,15 @@ def _location_derivative(embedding, V, V_design, points, feature, kernel: Kernel
     atoms, c = shared_piece(cache, ("located atoms", id(parts[0])), lambda: embedding.weights(v=V), inputs=(V,))
     units = np.concatenate(units)
     d_v, d = V.shape[1], shift.shape[1]
-    V_lever, V_design = (V, V_design) if design is None else (design(V), design(V_design))
     if read is not None and feature != "moments":
-        return _fine_location_derivative(embedding, V_lever, V_design[units], atoms, c, feature, kernel, *read)
+        return _fine_location_derivative(embedding, V, V_design[units], atoms, c, feature, kernel, *read)
     out = np.zeros((len(V), d_v * d, 1 + 2 * d if feature == "moments" else len(points)))
     for start in range(0, len(atoms), _ATOM_BLOCK):
         block = slice(start, start + _ATOM_BLOCK)
         r, c_b = atoms[block], c[block]
         V_k = V_design[units[block]]
         for e in range(len(V)):
-            lever = c_b[:, e : e + 1] * (V_lever[e] - V_k)  # (N, d_v): c_k (v − V_k)
+            lever = c_b[:, e : e + 1] * (V[e] - V_k)  # (N, d_v): c_k (v − V_k)
             if feature == "moments":
                 for l in range(d):
                     rows = slice(l, d_v * d, d)
@@ -1072,7 +1069,7 @@ def _located_bands(res, V, index, y, *, arm, feature, level, n_boot, seed, targe
     if moved:
         influence = _mean_model_influence(res, model)
         derivative = _location_derivative(residual.embeddings[arm], V, res.design.V, y, feature,
-                                          res.embeddings[arm].readout_kernel(feature), shift, design=model.design)
+                                          res.embeddings[arm].readout_kernel(feature), shift)
         extra = [(_Linear(units=model.units, beta=np.ones((len(model.units), 1)), P=None, R=influence @ D),)
                  for D in derivative]
     per_point = [bands(residual, V[e : e + 1], [index[e]], y - shift[e], arm=arm, feature=feature, level=level,

@@ -45,11 +45,9 @@ The mean model follows the pseudo-outcome of the fit's ``mode``
   origin;  ``"pi"``: ψ_i = m̂₀(X_i);
 - ``"onestep"``: Y_i among the arm's units (the arm's observed law).
 
-Every regression sees the outcomes and the covariates clipped to Tukey's
-far-out fences (:mod:`ccme.fences`; a far-out value would pull a
-least-squares line), V's at fences the model keeps and reads every V-point
-with (:meth:`LocationModel.design`), and the residuals are those of the
-outcomes themselves.  Each ridge has an
+Every regression sees the outcomes clipped to Tukey's far-out fences
+(:mod:`ccme.fences`; a far-out value would pull a least-squares line), and
+the residuals are those of the outcomes themselves.  Each ridge has an
 unpenalised intercept, standardised columns and its
 penalty chosen by exact leave-one-out (PRESS, via the hat matrix's
 diagonal; Allen 1974) over :data:`PENALTY_GRID`.  A unit's residual uses its
@@ -71,7 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DataError, FormatError, ParameterError
-from .fences import bulk_range, far_out_fences
+from .fences import bulk_range
 
 __all__ = ["AUTO_THRESHOLD", "FOLD_CRITERION", "LocationModel", "LOCATIONS", "MANY_V_COVARIATES", "check_location",
            "choose_location", "clearly_lower", "criterion_difference", "default_location", "fit_location",
@@ -296,13 +294,7 @@ def choose_location(fits: dict):
 
 @dataclass(frozen=True)
 class LocationModel:
-    """m̂_a(v) = intercept + ((clip(v) − center) / scale) · coef: one arm's linear mean of the outcome given V.
-
-    clip(v) clips each column at the fitted units' far-out fences ``low``,
-    ``high`` (:func:`ccme.fences.far_out_fences`), so that a few far-out
-    values of V neither pull the least-squares line nor get extrapolated
-    means; the estimate is exact whatever the mean model (module docstring),
-    so the clipping only decides how much of V's effect the model takes.
+    """m̂_a(v) = intercept + ((v − center) / scale) · coef: one arm's linear mean of the outcome given V.
 
     Attributes
     ----------
@@ -320,9 +312,6 @@ class LocationModel:
     residuals : ndarray (n_units, d_y) or None
         Their leave-one-out residuals ψ_i − m̂^{(−i)}(V_i): with ``units``, what the bootstrap's perturbation of
         the model needs (:meth:`coefficient_influence`).
-    low, high : ndarray (d_v,) or None
-        The fences V's columns are clipped at (∓inf: not clipped); None (a model given by hand or read from a file
-        of state version 1 or 2): no clipping.
 
     Examples
     --------
@@ -341,11 +330,9 @@ class LocationModel:
     target: str
     units: np.ndarray | None = None
     residuals: np.ndarray | None = None
-    low: np.ndarray | None = None
-    high: np.ndarray | None = None
 
     def __post_init__(self):
-        for name in ("center", "scale", "coef", "intercept", "penalty", "residuals", "low", "high"):
+        for name in ("center", "scale", "coef", "intercept", "penalty", "residuals"):
             if getattr(self, name) is None:
                 continue
             value = np.array(getattr(self, name), dtype=np.float64)
@@ -364,10 +351,6 @@ class LocationModel:
                 self.units is not None and (self.units.ndim != 1 or self.residuals.shape != (len(self.units), d_y)
                                             or (len(self.units) and self.units.min() < 0))):
             raise FormatError("a location model's units (n_units,) and residuals (n_units, d_y) come together")
-        if (self.low is None) != (self.high is None) or (
-                self.low is not None and (self.low.shape != (d_v,) or self.high.shape != (d_v,)
-                                          or not np.all(self.low < self.high))):
-            raise FormatError("a location model's fences low and high are (d_v,) with low < high, and come together")
 
     @property
     def d_v(self) -> int:
@@ -388,12 +371,7 @@ class LocationModel:
         V = np.asarray(V, dtype=np.float64)
         if V.ndim != 2 or V.shape[1] != self.d_v:
             raise DataError(f"the location model takes V with {self.d_v} column(s); got shape {V.shape}")
-        return self.intercept + ((self.design(V) - self.center) / self.scale) @ self.coef
-
-    def design(self, V) -> np.ndarray:
-        """V's encoded columns as the model reads them: clipped at its fences (unchanged without them)."""
-        V = np.asarray(V, dtype=np.float64)
-        return V if self.low is None else np.clip(V, self.low, self.high)
+        return self.intercept + ((V - self.center) / self.scale) @ self.coef
 
     def coefficient_influence(self, V_units: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         """Each unit's share of the coefficients' sampling error: δcoef = Σ_i g_i Ψ_i for multipliers g_i.
@@ -405,7 +383,7 @@ class LocationModel:
         times the multipliers, Ψ_i = w_i G⁻¹ z̃_i ê_i, with the leave-one-out
         residuals ê_i (HC3's, MacKinnon & White 1985).  Returned on the
         original columns' scale (divided by ``scale``), so that a V-point's
-        mean moves by ``design(v) @ δcoef``.  The intercept's error is left out: a
+        mean moves by ``v @ δcoef``.  The intercept's error is left out: a
         location stage's estimate does not depend on it (:mod:`ccme.bootstrap`,
         "A located fit's effects").
 
@@ -429,7 +407,7 @@ class LocationModel:
         if self.units is None:
             raise ParameterError("this location model does not keep its units and residuals (given by hand, or "
                                  "saved by an earlier ccme): fit again for its bootstrap")
-        V_units = self.design(V_units)
+        V_units = np.asarray(V_units, dtype=np.float64)
         w = np.ones(len(V_units)) if weights is None else np.asarray(weights, dtype=np.float64)
         Z = (V_units - self.center) / self.scale
         gram = Z.T @ (w[:, None] * Z)
@@ -446,10 +424,9 @@ class LocationModel:
         penalties = ", ".join(f"{p:.3g}" for p in self.penalty)
         return f"linear in V ({what}), ridge penalty {penalties} by leave-one-out"
 
-    #: Version 2 added ``units`` and ``residuals`` (a version-1 model is read without them), version 3 the fences
-    #: ``low`` and ``high`` (an earlier model is read without them: no clipping, as it was fitted).
+    #: Version 2 added ``units`` and ``residuals`` (a version-1 model is read without them).
     STATE_SCHEMA = "ccme.LocationModel"
-    STATE_VERSION = 3
+    STATE_VERSION = 2
     _FIELDS = ("center", "scale", "coef", "intercept", "penalty", "target")
 
     def to_state(self) -> dict:
@@ -457,21 +434,18 @@ class LocationModel:
         from .io import make_state
 
         return make_state(self.STATE_SCHEMA, self.STATE_VERSION, **{name: getattr(self, name) for name in self._FIELDS},
-                          units=self.units, residuals=self.residuals, low=self.low, high=self.high)
+                          units=self.units, residuals=self.residuals)
 
     @classmethod
     def from_state(cls, state) -> "LocationModel":
         """Inverse of :meth:`to_state`."""
         from .io import check_schema
 
-        version = check_schema(state, cls.STATE_SCHEMA, (1, 2, 3))
-        check_schema(state, cls.STATE_SCHEMA, version, keys=cls._FIELDS + (("units", "residuals") if version >= 2 else ())
-                     + (("low", "high") if version >= 3 else ()))
+        version = check_schema(state, cls.STATE_SCHEMA, (1, 2))
+        check_schema(state, cls.STATE_SCHEMA, version, keys=cls._FIELDS + (("units", "residuals") if version >= 2 else ()))
         if state["target"] not in ("dr", "ipw", "pi", "onestep"):
             raise FormatError(f"a stored location model has the unknown target {str(state['target'])[:20]!r}")
         kept = {"units": state["units"], "residuals": state["residuals"]} if version >= 2 else {}
-        if version >= 3:
-            kept.update(low=state["low"], high=state["high"])
         return cls(**{name: state[name] for name in cls._FIELDS}, **kept)
 
 
@@ -600,19 +574,14 @@ def fit_location(*, V: np.ndarray, Xo: np.ndarray, Y: np.ndarray, A: np.ndarray,
     # line is not pulled by them; the residuals are still those of Y itself.
     low, high = bulk_range(Y[inside])
     Yc = np.clip(Y, low, high)
-    # Its covariates too: V's columns at the fitted units' fences, kept in the model so that every V-point is read
-    # the same way, and the outcome model's covariates (used on these units only).
-    v_low, v_high = far_out_fences(V[inside])
-    Vc = np.clip(V, v_low, v_high)
-    Xc = np.clip(Xo, *far_out_fences(Xo[inside]))
     for arm in arms:
         own = A == arm
         fit_own = np.zeros(n, dtype=bool)
         fit_own[inside] = own[inside]                    # the arm's units among the fitted ones
         units = np.flatnonzero(fit_own) if mode == "onestep" else inside
         if mode == "onestep":
-            fit = ridge_loo(Vc[fit_own], Yc[fit_own], w[fit_own])
-            residual[own] = Y[own] - fit.predict(Vc[own])
+            fit = ridge_loo(V[fit_own], Yc[fit_own], w[fit_own])
+            residual[own] = Y[own] - fit.predict(V[own])
             residual[fit_own] = Y[fit_own] - (Yc[fit_own] - fit.loo_residuals)
         else:
             pi = scores[:, arm]
@@ -621,18 +590,17 @@ def fit_location(*, V: np.ndarray, Xo: np.ndarray, Y: np.ndarray, A: np.ndarray,
                 mean = weights @ Yc[fit_own] / weights.sum()
                 psi = mean + np.where(own[:, None], (Yc - mean) / pi[:, None], 0.0)
             else:
-                first = ridge_loo(Xc[fit_own], Yc[fit_own], w[fit_own])
-                m0 = first.predict(Xc)
+                first = ridge_loo(Xo[fit_own], Yc[fit_own], w[fit_own])
+                m0 = first.predict(Xo)
                 m0[fit_own] = Yc[fit_own] - first.loo_residuals  # the arm's units: their leave-one-out fits
                 psi = m0 + np.where(own[:, None], (Yc - m0) / pi[:, None], 0.0) if mode == "dr" else m0
-            fit = ridge_loo(Vc[inside], psi[inside], w[inside])
-            centre = fit.predict(Vc)
+            fit = ridge_loo(V[inside], psi[inside], w[inside])
+            centre = fit.predict(V)
             # m̂^(−i)(V_i) = ψ_i − e_i: the unit's own pseudo-outcome left out of its centre
             centre[inside] = psi[inside] - fit.loo_residuals
             residual[own] = Y[own] - centre[own]
         models[arm] = LocationModel(center=fit.center, scale=fit.scale, coef=fit.coef, intercept=fit.intercept,
-                                    penalty=fit.penalty, target=mode, units=units, residuals=fit.loo_residuals,
-                                    low=v_low, high=v_high)
+                                    penalty=fit.penalty, target=mode, units=units, residuals=fit.loo_residuals)
     if not np.all(np.isfinite(residual)):
         raise DataError("the location model's residuals are not finite (check the outcome's scale and the clipping)")
     return models, residual
