@@ -100,14 +100,17 @@ def test_neural_estimators_agree_across_thread_counts_to_rounding(data, method):
     ``n_threads`` also sizes torch's pool during training, whose multi-threaded reductions round differently from
     one thread's, so the fits agree to rounding, not bit for bit (measured: networks' outputs 1e-16 apart, densities
     3e-17 on a peak of 0.05, every tuning choice the same); the tolerance, 1e-10 relative, leaves six orders of
-    magnitude for other machines' kernels."""
+    magnitude for other machines' kernels.  On another machine (2026-12-02) training's rounding grew to 1.4e-13 on
+    Deep Feature's densities (peak 0.05; 4e-10 relative where a density is 3e-4), so the tolerance is relative to
+    each output's largest value, 1e-9 of it (3e-12 needed there); a thread-dependent result would differ by ~1e-3."""
     pytest.importorskip("torch")
     options = {"method": method, "tune": "auto", "epochs": (30, 20), "progress": False}
     one, two = (_fit(data, 7, n_threads=threads, **options) for threads in (1, 2))
     assert one.tuning.chosen == two.tuning.chosen
     reference, other = _outputs(one), _outputs(two)
     for key in reference:
-        np.testing.assert_allclose(other[key], reference[key], rtol=1e-10, atol=1e-14, err_msg=key)
+        scale = float(np.abs(reference[key]).max())
+        np.testing.assert_allclose(other[key], reference[key], rtol=0, atol=max(1e-9 * scale, 1e-14), err_msg=key)
     _assert_identical(reference, _outputs(_fit(data, 7, n_threads=1, **options)))   # one thread: bit for bit
 
 
