@@ -129,7 +129,7 @@ def bulk_range(Y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bulk_sd(Z) -> np.ndarray:
-    """Each column's standard deviation with its values clipped to :func:`bulk_range`.
+    """Each column's standard deviation with its values clipped at :func:`far_out_fences`.
 
     Equal to the plain standard deviation (to the last bit) for a column that
     the fences do not cut: one whose values all lie within them, whose IQR is
@@ -151,5 +151,4 @@ def bulk_sd(Z) -> np.ndarray:
     (99004.9, 33.6)
     """
     Z = _columns(Z)
-    low, high = bulk_range(Z)
-    return np.clip(Z, low, high).std(axis=0)
+    return np.clip(Z, *far_out_fences(Z)).std(axis=0)

@@ -661,8 +661,8 @@ def network_to_arrays(net, standardizer: Standardizer, dtype, device) -> dict:
     layer shapes.
     """
     layers = {name: t.detach().to("cpu").numpy().copy() for name, t in net.state_dict().items()}
-    return {"layers": layers, "mean": standardizer.mean, "sd": standardizer.sd,
-            "low": standardizer.low, "high": standardizer.high, "dtype": str(dtype).removeprefix("torch."), "device": str(device)}
+    return {"layers": layers, "mean": standardizer.mean, "sd": standardizer.sd, "low": standardizer.low,
+            "high": standardizer.high, "dtype": str(dtype).removeprefix("torch."), "device": str(device)}
 
 
 def network_from_arrays(state: dict):
