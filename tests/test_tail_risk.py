@@ -41,6 +41,36 @@ def test_tail_means_match_closed_forms():
         tail_means(gauss, grid, alpha, "middle")
 
 
+def _twin_invert_cdf(F, grid, q):
+    """invert_cdf one row at a time with np.searchsorted (the loop it replaced)."""
+    out = np.empty((len(F), len(q)))
+    for i, row in enumerate(F):
+        k = np.clip(np.searchsorted(row, q, side="left"), 1, len(grid) - 1)
+        lo, hi = row[k - 1], row[k]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = np.clip(np.where(hi > lo, (q - lo) / (hi - lo), 1.0), 0.0, 1.0)
+        out[i] = grid[k - 1] + t * (grid[k] - grid[k - 1])
+        out[i, q <= row[0]] = grid[0]
+    return out
+
+
+def test_invert_cdf_equals_a_row_by_row_searchsorted(monkeypatch):
+    """Rows with ties, flat stretches, mass below and above the grid; levels on grid values, at F(grid[0]) and
+    beyond F(grid[-1]); in one block and in blocks of 3 rows: the same numbers to the last bit."""
+    from ccme import embedding
+
+    rng = np.random.default_rng(4)
+    grid = np.linspace(-3, 3, 41)
+    steps = rng.exponential(size=(50, 41)) * (rng.uniform(size=(50, 41)) < 0.6)   # 40% flat steps
+    F = np.cumsum(steps, axis=1)
+    F = 0.1 * rng.uniform(size=(50, 1)) + 0.85 * F / F[:, -1:]
+    q = np.concatenate([[0.01, 0.5, 0.97, 0.999], F[0, [0, 7, 20]], rng.uniform(size=5)])
+    want = _twin_invert_cdf(F, grid, q)
+    np.testing.assert_array_equal(invert_cdf(F, grid, q), want)
+    monkeypatch.setattr(embedding, "_INVERT_BLOCK", 3 * 41 * len(q))
+    np.testing.assert_array_equal(invert_cdf(F.reshape(5, 10, 41), grid, q), want.reshape(5, 10, len(q)))
+
+
 def _twin_expected_shortfall(F, grid, alpha, tail):
     """(1/α) ∫ Q(u) du over the tail, by the midpoint rule on 20000 levels of the quantile function."""
     out = np.empty((len(F), len(alpha)))

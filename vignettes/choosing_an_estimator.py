@@ -37,8 +37,8 @@ FORMULA = "y ~ a | x1 + x2 + x3 + x4 + x5 | x6 + x7 + x8 + x9 + x10"
 SIZES = [300, 600] if SMALL else [500, 1000, 2000, 4000]
 SEEDS = [1] if SMALL else [1, 2]
 N_TEST = 100 if SMALL else 500
-# Small mode trains the networks for a few epochs only: it checks the code, not the accuracy.
-NEURAL = {"epochs": (40, 20)} if SMALL else {}
+# Small mode trains the networks for a few epochs and one repetition: it checks the code, not the accuracy.
+NEURAL = {"epochs": (40, 20), "n_rep": 1} if SMALL else {}
 METHODS = ["ridge", "deep_feature", "neural_kernel"]
 
 # %% [markdown]

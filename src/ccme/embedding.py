@@ -1341,16 +1341,25 @@ def invert_cdf(F: np.ndarray, grid: np.ndarray, q: np.ndarray) -> np.ndarray:
     between the bracketing grid points; levels at or below F(grid[0]) give
     grid[0], levels above F(grid[-1]) give grid[-1].
     """
+    q, F = np.asarray(q, dtype=np.float64), np.asarray(F, dtype=np.float64)
     flat = F.reshape(-1, F.shape[-1])
     out = np.empty((len(flat), len(q)))
-    for i, row in enumerate(flat):
-        k = np.clip(np.searchsorted(row, q, side="left"), 1, len(grid) - 1)
-        lo, hi = row[k - 1], row[k]
+    # The bootstrap inverts B × points rows at once; blocks of rows keep the comparison array near 4M entries.
+    rows = max(1, _INVERT_BLOCK // max(1, flat.shape[1] * len(q)))
+    for start in range(0, len(flat), rows):
+        block = flat[start:start + rows]
+        # On a non-decreasing row, the count of values below q is searchsorted(row, q, side="left").
+        below = np.count_nonzero(block[:, None, :] < q[None, :, None], axis=2)
+        k = np.clip(below, 1, len(grid) - 1)
+        lo, hi = np.take_along_axis(block, k - 1, axis=1), np.take_along_axis(block, k, axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             t = np.clip(np.where(hi > lo, (q - lo) / (hi - lo), 1.0), 0.0, 1.0)
-        out[i] = grid[k - 1] + t * (grid[k] - grid[k - 1])
-        out[i, q <= row[0]] = grid[0]
+        quantiles = grid[k - 1] + t * (grid[k] - grid[k - 1])
+        out[start:start + rows] = np.where(q <= block[:, :1], grid[0], quantiles)
     return out.reshape(F.shape[:-1] + (len(q),))
+
+
+_INVERT_BLOCK = 1 << 22
 
 
 def tail_means(F: np.ndarray, grid: np.ndarray, alpha: np.ndarray, tail: str) -> np.ndarray:
