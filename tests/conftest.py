@@ -1,5 +1,11 @@
 import os
 
+# Under pytest-xdist each worker process runs its own tests: one OpenMP thread each, so that two workers on CI's two
+# cores do not oversubscribe them (OpenMP's spinning barriers slow down badly when threads outnumber cores).  Set
+# before anything loads the compiled core; tests of thread counts pass n_threads or OMP_NUM_THREADS explicitly.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import matplotlib
 import pytest
 from hypothesis import settings
