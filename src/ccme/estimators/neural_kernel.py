@@ -475,36 +475,6 @@ def pseudo_outcome_targets(a, b, k1, g0, K_M, k0):
     return T, c
 
 
-#: EXPERIMENT: the DR / IPW first stage μ̂₀ of Neural-Kernel: "network" (the paper's stage-1 network g on X) or
-#: "ridge" (kernel ridge on X with the input-relevance search's X kernel, λ₀ by leave-one-out in the outcome RKHS).
-FIRST_STAGE = "network"
-
-
-def _ridge_first_stage_targets(Xo, Y, rows0, target, grid, kernel, x_kernel):
-    """⟨φ(ỹ_j), μ̂₀(X_t)⟩ (n_t × M), ⟨φ(Y_t), μ̂₀(X_t)⟩ and ‖μ̂₀(X_t)‖² (n_t) of a kernel-ridge first stage."""
-    from ..tuning import LAMBDA_GRID
-
-    X0, Y0, m = Xo[rows0], Y[rows0], len(rows0)
-    K = _backend.gram(X0, X0, x_kernel.name, x_kernel.bandwidth_array)
-    L = _backend.gram(Y0, Y0, kernel.name, kernel.bandwidth_array, normalized=True)
-    w, U = np.linalg.eigh(K)
-    w = np.maximum(w, 0.0)
-    best = None
-    for lam in LAMBDA_GRID:
-        H = (U * (w / (w + m * lam))) @ U.T
-        R = np.eye(m) - H
-        loo = np.einsum("ij,jk,ik->i", R, L, R) / np.maximum(np.diag(R), 1e-12) ** 2
-        if best is None or loo.mean() < best[0]:
-            best = (loo.mean(), lam)
-    lam = best[1]
-    Kt = _backend.gram(X0, Xo[target], x_kernel.name, x_kernel.bandwidth_array)
-    B = (U * (1.0 / (w + m * lam))) @ (U.T @ Kt)                      # β(X_t), m × n_t
-    Kmu = B.T @ _kernel_to_grid(Y0, grid, kernel)
-    kmu = np.sum(B * _backend.gram(Y0, Y[target], kernel.name, kernel.bandwidth_array, normalized=True), axis=0)
-    mumu = np.sum(B * (L @ B), axis=0)
-    return Kmu, kmu, mumu
-
-
 def _kernel_to_grid(Y, grid, kernel):
     return _backend.gram(Y, grid, kernel.name, kernel.bandwidth_array, normalized=True)
 
@@ -532,25 +502,6 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
     a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
     g0 = None
-    x_kernel = prepared.get("input_kernels", {}).get("x")
-    if np.any(b != 0) and FIRST_STAGE == "ridge" and x_kernel is not None and not (mode == "dr" and SPLIT_SECOND_STAGE):
-        raise NotImplementedError("experiment: split second stage only")
-    if np.any(b != 0) and FIRST_STAGE == "ridge" and x_kernel is not None:
-        rows0 = nuisance[A[nuisance] == arm]
-        Kmu, kmu, mumu = _ridge_first_stage_targets(Xo, Y, rows0, target, grid, kernel, x_kernel)
-        k1 = _kernel_to_grid(Y[target], grid, kernel)
-        T, c = Kmu, mumu                                                  # the plug-in part: a = 0, b = 1
-        bc = b - 1.0
-        Tc = a[:, None] * k1 + bc[:, None] * Kmu
-        cc = a**2 * k0 + 2 * a * bc * kmu + bc**2 * mumu
-        net, std, history[2] = fit_grid_network(V[target], T, c, K_M, settings=settings, stage=2,
-                                                generator=stage_generator(seed, arm, 3), label=label,
-                                                n_threads=n_threads, scale=v_scale)
-        correction, _, history[3] = fit_grid_network(V[target], Tc, cc, K_M, settings=_correction_settings(settings),
-                                                     stage=2, generator=stage_generator(seed, arm, 2),
-                                                     label=label + "correction, ", n_threads=n_threads,
-                                                     scale=v_scale)
-        return NeuralKernelFoldArm(grid, net, std, history, dtype, device, correction, **spread)
     if np.any(b != 0):
         rows0 = nuisance[A[nuisance] == arm]
         net0, std0, history[1] = fit_grid_network(
