@@ -1334,6 +1334,11 @@ def check_levels(q, name: str) -> np.ndarray:
     return levels
 
 
+#: Entries of :func:`invert_cdf`'s comparison array per block of rows (rows × levels × grid points): the bootstrap
+#: inverts B × points rows at once, and blocks keep that array near 4M booleans.
+_INVERT_BLOCK = 1 << 22
+
+
 def invert_cdf(F: np.ndarray, grid: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Quantiles of non-decreasing CDF rows ``F`` (shape (..., G)) on ``grid``, shape (..., len(q)).
 
@@ -1344,7 +1349,6 @@ def invert_cdf(F: np.ndarray, grid: np.ndarray, q: np.ndarray) -> np.ndarray:
     q, F = np.asarray(q, dtype=np.float64), np.asarray(F, dtype=np.float64)
     flat = F.reshape(-1, F.shape[-1])
     out = np.empty((len(flat), len(q)))
-    # The bootstrap inverts B × points rows at once; blocks of rows keep the comparison array near 4M entries.
     rows = max(1, _INVERT_BLOCK // max(1, flat.shape[1] * len(q)))
     for start in range(0, len(flat), rows):
         block = flat[start:start + rows]
@@ -1357,9 +1361,6 @@ def invert_cdf(F: np.ndarray, grid: np.ndarray, q: np.ndarray) -> np.ndarray:
         quantiles = grid[k - 1] + t * (grid[k] - grid[k - 1])
         out[start:start + rows] = np.where(q <= block[:, :1], grid[0], quantiles)
     return out.reshape(F.shape[:-1] + (len(q),))
-
-
-_INVERT_BLOCK = 1 << 22
 
 
 def tail_means(F: np.ndarray, grid: np.ndarray, alpha: np.ndarray, tail: str) -> np.ndarray:
