@@ -96,3 +96,16 @@ def test_demo_runs_small(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "Integrated squared error" in text and "one-step" in text
     assert out.stat().st_size > 10_000
+
+
+def test_newdata_may_be_a_dict_of_scalars_one_v_point(res):
+    """A dict of scalars is one V-point (statsmodels' predict(exog=dict) reads it so); a dict of lists is rows."""
+    point = {"x1": 0.3, "x2": -1.0, "x3": 0.5}
+    frame = pd.DataFrame({"x1": [0.3], "x2": [-1.0], "x3": [0.5]})
+    y = res.default_grid()[::50]
+    np.testing.assert_array_equal(res.density(y, newdata=point, arm=1), res.density(y, newdata=frame, arm=1))
+    np.testing.assert_array_equal(res.mean(newdata=point, arm=0), res.mean(newdata=frame, arm=0))
+    np.testing.assert_allclose(res.density(y, newdata={k: [v, v] for k, v in point.items()}, arm=1)[1],
+                               res.density(y, newdata=frame, arm=1)[0], rtol=1e-12)  # another summation order
+    pd.testing.assert_frame_equal(res.summary(newdata=point).to_frame(), res.summary(newdata=frame).to_frame())
+    assert point == {"x1": 0.3, "x2": -1.0, "x3": 0.5}

@@ -317,8 +317,7 @@ class Design:
 
     def encode_v(self, newdata: pd.DataFrame) -> np.ndarray:
         """Encode ``newdata`` into V's columns exactly as the training data were."""
-        if isinstance(newdata, dict):
-            newdata = pd.DataFrame(newdata)
+        newdata = newdata_frame(newdata)
         if isinstance(newdata, pd.DataFrame):
             for name in self.v_variables:
                 train = self.v_frame[name]
@@ -947,6 +946,16 @@ def _term_columns(terms, columns, reported) -> set[str]:
     return found
 
 
+def newdata_frame(newdata):
+    """``newdata`` as a DataFrame: a dict of columns becomes one (a dict of scalars: one row, as statsmodels'
+    ``predict(exog=dict)`` reads it); anything else is returned as it is, for the caller to check."""
+    if isinstance(newdata, dict):
+        if newdata and all(np.ndim(value) == 0 for value in newdata.values()):
+            return pd.DataFrame({name: [value] for name, value in newdata.items()})
+        return pd.DataFrame(newdata)
+    return newdata
+
+
 def _plain_strings(frame: pd.DataFrame) -> pd.DataFrame:
     """Columns of pandas' nullable ``"string"`` dtype as plain object strings (NA as NaN), a new frame if any.
 
@@ -976,8 +985,7 @@ def _numeric(matrix, role) -> np.ndarray:
 
 
 def _encode_with_spec(spec, newdata, variables, name) -> np.ndarray:
-    if isinstance(newdata, dict):
-        newdata = pd.DataFrame(newdata)
+    newdata = newdata_frame(newdata)
     if not isinstance(newdata, pd.DataFrame):
         raise DataError(f"`{name}` must be a pandas DataFrame holding the columns {list(variables)}")
     missing = [v for v in variables if v not in newdata.columns]

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ParameterError
+from .formula import newdata_frame
 from .estimators.training import STAGE_NAMES
 
 __all__ = ["plot_densities", "plot_cdfs", "plot_effect", "plot_overlap", "plot_calibration"]
@@ -87,7 +88,7 @@ def _profiles(res, newdata) -> pd.DataFrame:
         return res.profiles()
     if newdata is None:
         raise ParameterError("plots draw a curve per V-point: pass `newdata` (a few rows) or 'profiles'")
-    return pd.DataFrame(newdata) if isinstance(newdata, dict) else newdata
+    return newdata_frame(newdata)
 
 
 def _shade_bands(ax, bands, colours, label: bool):

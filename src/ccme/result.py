@@ -27,6 +27,7 @@ import pandas as pd
 
 from .embedding import Embedding, check_levels
 from .errors import DataError, ParameterError
+from .formula import newdata_frame
 from .grids import outcome_grid
 
 __all__ = ["CCMEResult", "load"]
@@ -301,8 +302,7 @@ class CCMEResult:
             newdata = self.profiles()
         if newdata is None:
             return None, list(range(self.n))
-        if isinstance(newdata, dict):
-            newdata = pd.DataFrame(newdata)
+        newdata = newdata_frame(newdata)
         return newdata, list(getattr(newdata, "index", range(len(newdata))))
 
     def _squeeze(self, values: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ import pandas as pd
 from .effects import effect_table
 from .estimators.training import STAGE_NAMES
 from .errors import CcmeWarning
+from .formula import newdata_frame
 from .pseudo import MODE_NAMES
 
 __all__ = ["Summary"]
@@ -254,7 +255,7 @@ def _tuning_rows(report, inputs: bool = False) -> list:
 
 
 def _profile_table(res, newdata) -> pd.DataFrame:
-    frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
+    frame = pd.DataFrame(newdata_frame(newdata), copy=True)
     table = frame[[c for c in res.design.v_variables if c in frame.columns]].copy()
     y_names = res.design.y_names
     V = res.design.encode_v(frame)
@@ -277,7 +278,7 @@ def _profile_table(res, newdata) -> pd.DataFrame:
 
 def _effect_rows(res, newdata, n_boot: int) -> list:
     """Per profile: difference of means, MMD and (with ``n_boot`` > 0, method="ridge") the test's p-value."""
-    frame = newdata.copy() if isinstance(newdata, pd.DataFrame) else pd.DataFrame(newdata)
+    frame = pd.DataFrame(newdata_frame(newdata), copy=True)
     treatment = res.design.treatment
     pairs = [(1, 0)] if treatment.binary else [(arm, treatment.reference_code) for arm in res.arms
                                               if arm != treatment.reference_code]
