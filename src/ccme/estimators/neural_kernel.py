@@ -475,84 +475,6 @@ def pseudo_outcome_targets(a, b, k1, g0, K_M, k0):
     return T, c
 
 
-#: EXPERIMENT: the DR / IPW first stage μ̂₀ of Neural-Kernel: "network" (the paper's stage-1 network g on X),
-#: "ridge" (kernel ridge on X with the input-relevance search's X kernel, λ₀ by leave-one-out in the outcome RKHS)
-#: or "select" (whichever has the smaller mean squared RKHS error on the network's validation units, the ridge
-#: then refitted on all of the arm's nuisance units).
-FIRST_STAGE = "network"
-SELECTIONS = []   # EXPERIMENT: the selections made (True: ridge)
-
-
-class _RidgeFirstStage:
-    """Kernel ridge of φ(Y) on X over ``rows``: β(x) = (K + mλI)⁻¹ k(x), λ by leave-one-out in the outcome RKHS."""
-
-    def __init__(self, X, Y, kernel, x_kernel):
-        from ..tuning import LAMBDA_GRID
-
-        self.X, self.Y, self.kernel, self.x_kernel = X, Y, kernel, x_kernel
-        m = len(X)
-        K = _backend.gram(X, X, x_kernel.name, x_kernel.bandwidth_array)
-        self.L = _backend.gram(Y, Y, kernel.name, kernel.bandwidth_array, normalized=True)
-        w, self.U = np.linalg.eigh(K)
-        self.w = np.maximum(w, 0.0)
-        best = None
-        for lam in LAMBDA_GRID:
-            R = np.eye(m) - (self.U * (self.w / (self.w + m * lam))) @ self.U.T
-            loo = np.mean(np.einsum("ij,jk,ik->i", R, self.L, R) / np.maximum(np.diag(R), 1e-12) ** 2)
-            if best is None or loo < best[0]:
-                best = (loo, lam)
-        self.lam = best[1]
-
-    def weights(self, X):
-        """β(X) (m × len(X))."""
-        Kt = _backend.gram(self.X, X, self.x_kernel.name, self.x_kernel.bandwidth_array)
-        return (self.U * (1.0 / (self.w + len(self.X) * self.lam))) @ (self.U.T @ Kt)
-
-    def targets(self, X, Y, grid):
-        """⟨φ(ỹ_j), μ̂₀(X_t)⟩ (n_t × M), ⟨φ(Y_t), μ̂₀(X_t)⟩ and ‖μ̂₀(X_t)‖² (n_t)."""
-        B = self.weights(X)
-        Kmu = B.T @ _kernel_to_grid(self.Y, grid, self.kernel)
-        kmu = np.sum(B * _backend.gram(self.Y, Y, self.kernel.name, self.kernel.bandwidth_array, normalized=True),
-                     axis=0)
-        return Kmu, kmu, np.sum(B * (self.L @ B), axis=0)
-
-
-def _network_triple(g, k, K_M):
-    """(⟨φ(ỹ_j), μ̂(x)⟩_j, ⟨φ(y), μ̂(x)⟩, ‖μ̂(x)‖²) per unit of μ̂(x) = Σ_j g_j φ(ỹ_j); ``k``: k(y, ỹ_j)."""
-    Kg = g @ K_M
-    return Kg, np.sum(k * g, axis=1), np.sum(Kg * g, axis=1)
-
-
-def _stack_weight(net_triple, ridge_triple, g, k0):
-    """The convex weight α ∈ [0, 1] of the network in α μ̂_net + (1 − α) μ̂_ridge minimising the mean squared RKHS
-    error ‖φ(y) − μ̂(x)‖² over the given units (a one-parameter SuperLearner; quadratic in α)."""
-    Kg, kn, nn = net_triple
-    Kr, kr, rr = ridge_triple
-    nr = np.sum(g * Kr, axis=1)                       # ⟨μ̂_net, μ̂_ridge⟩
-    # ‖φ − μ_r − α(μ_n − μ_r)‖²: minimised at α = ⟨φ − μ_r, μ_n − μ_r⟩ / ‖μ_n − μ_r‖².
-    num = np.mean(kn - kr - nr + rr)
-    den = np.mean(nn - 2 * nr + rr)
-    return float(np.clip(num / den, 0.0, 1.0)) if den > 0 else 1.0
-
-
-def _validation_choice(Xo, Y, rows0, net0, std0, settings, generator, grid, kernel, K_M, x_kernel, k0):
-    """The network's weight α against a kernel ridge fitted on the network's training units, on its validation
-    units (the split :func:`fit_grid_network` drew): 1 or 0 for "select" (the smaller mean squared RKHS error),
-    the optimal convex weight for "stack"."""
-    train, val = split_units(len(rows0), settings, generator)
-    if val is None:
-        return 1.0
-    tr, va = rows0[train], rows0[val]
-    g = network_outputs(net0, std0, Xo[va], torch_dtype(settings), torch_device(settings))
-    net = _network_triple(g, _kernel_to_grid(Y[va], grid, kernel), K_M)
-    ridge_stage = _RidgeFirstStage(Xo[tr], Y[tr], kernel, x_kernel)
-    ridge = ridge_stage.targets(Xo[va], Y[va], grid)
-    if FIRST_STAGE == "stack":
-        return _stack_weight(net, ridge, g, k0)
-    net_err, ridge_err = np.mean(net[2] - 2 * net[1] + k0), np.mean(ridge[2] - 2 * ridge[1] + k0)
-    return 0.0 if ridge_err < net_err else 1.0
-
-
 def _kernel_to_grid(Y, grid, kernel):
     return _backend.gram(Y, grid, kernel.name, kernel.bandwidth_array, normalized=True)
 
@@ -580,45 +502,14 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
     a, b = pseudo_outcome_coefficients(mode, arm, A, target, scores_target)
     history = {}
     g0 = None
-    x_kernel = prepared.get("input_kernels", {}).get("x")
-    alpha = 1.0                                      # the network's weight in the first stage
     if np.any(b != 0):
         rows0 = nuisance[A[nuisance] == arm]
-        if FIRST_STAGE != "ridge" or x_kernel is None:
-            net0, std0, history[1] = fit_grid_network(
-                Xo[rows0], _kernel_to_grid(Y[rows0], grid, kernel), np.full(len(rows0), k0), K_M, settings=settings,
-                stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads, scale=x_scale,
-            )
-            g0 = network_outputs(net0, std0, Xo[target], dtype, device)     # μ̂₀(X_1i) = Σ_j g0_ij φ(ỹ_j)
-        if x_kernel is not None and FIRST_STAGE == "ridge":
-            alpha = 0.0
-        elif x_kernel is not None and FIRST_STAGE in ("select", "stack"):
-            alpha = _validation_choice(Xo, Y, rows0, net0, std0, settings, stage_generator(seed, arm, 1), grid,
-                                       kernel, K_M, x_kernel, k0)
-        SELECTIONS.append(alpha)
-        if FIRST_STAGE != "network":
-            import sys; print(f"NKSELECT {label}alpha={alpha:.3f}", file=sys.stderr, flush=True)
+        net0, std0, history[1] = fit_grid_network(
+            Xo[rows0], _kernel_to_grid(Y[rows0], grid, kernel), np.full(len(rows0), k0), K_M, settings=settings,
+            stage=1, generator=stage_generator(seed, arm, 1), label=label, n_threads=n_threads, scale=x_scale,
+        )
+        g0 = network_outputs(net0, std0, Xo[target], dtype, device)     # μ̂₀(X_1i) = Σ_j g0_ij φ(ỹ_j)
     k1 = _kernel_to_grid(Y[target], grid, kernel)
-    if alpha < 1.0 and mode == "dr" and SPLIT_SECOND_STAGE:
-        Kmu, kmu, mumu = _RidgeFirstStage(Xo[rows0], Y[rows0], kernel, x_kernel).targets(Xo[target], Y[target], grid)
-        if alpha > 0.0:
-            Kg, kg, gg = _network_triple(g0, k1, K_M)
-            cross = np.sum(g0 * Kmu, axis=1)
-            Kmu, kmu, mumu = (alpha * Kg + (1 - alpha) * Kmu, alpha * kg + (1 - alpha) * kmu,
-                              alpha**2 * gg + 2 * alpha * (1 - alpha) * cross + (1 - alpha) ** 2 * mumu)
-        bc = b - 1.0                                        # the correction's coefficients (a, b − 1)
-        Tc = a[:, None] * k1 + bc[:, None] * Kmu
-        cc = a**2 * k0 + 2 * a * bc * kmu + bc**2 * mumu
-        net, std, history[2] = fit_grid_network(V[target], Kmu, mumu, K_M, settings=settings, stage=2,
-                                                generator=stage_generator(seed, arm, 3), label=label,
-                                                n_threads=n_threads, scale=v_scale)
-        correction, _, history[3] = fit_grid_network(V[target], Tc, cc, K_M, settings=_correction_settings(settings),
-                                                     stage=2, generator=stage_generator(seed, arm, 2),
-                                                     label=label + "correction, ", n_threads=n_threads,
-                                                     scale=v_scale)
-        return NeuralKernelFoldArm(grid, net, std, history, dtype, device, correction, **spread)
-    if alpha < 1.0:
-        raise NotImplementedError("experiment: the ridge first stage with the split DR second stage only")
     if mode == "dr" and SPLIT_SECOND_STAGE and g0 is not None:
         # ξ_i = μ̂₀(X_1i) + ω_i (φ(Y_1i) − μ̂₀(X_1i)): the plug-in part (coefficients a = 0, b = 1), whose targets
         # carry no outcome noise, and the correction (a, b − 1), each on its own network stopped early on its own
