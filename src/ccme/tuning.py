@@ -1517,6 +1517,12 @@ V_ARD_SHIFT_GROUPS = "all"
 V_SEARCH_TARGETS = "pseudo"
 
 
+#: The order in which each sweep of the coordinate search visits the groups: "formula" (V's and X's terms as written)
+#: or "relevance" (the criterion's loss when the group is dropped at the search's start, the largest first), which
+#: makes the search, and with it the fit, independent of the order of the formula's terms (EXPERIMENT).
+ARD_ORDER = "formula"
+
+
 @dataclass
 class _ArdProblem:
     """One kernel ridge regression of the search: inputs, targets' feature coordinates, weight, current penalty.
@@ -1685,13 +1691,28 @@ def _ard_search(problems, kernel: Kernel, lam_grid, tune_lambda: bool, n_threads
         values, units = evaluate([theta.copy()])
         return float(values[0]), units[0]
 
+    def visiting_order():
+        """The groups in the order the sweeps visit them (:data:`ARD_ORDER`)."""
+        free = [g for g in range(len(groups)) if not fixed[g]]
+        if ARD_ORDER == "formula" or len(free) < 2:
+            return free
+        # Each group toggled at the start (a kept group dropped, a dropped one restored): the loss of the criterion
+        # without it measures its relevance there, whatever the formula's order.
+        toggled = []
+        for g in free:
+            t = theta.copy()
+            t[g] = last_finite[g] if np.isinf(t[g]) else np.inf
+            toggled.append(t)
+        values, _ = evaluate(toggled)
+        relevance = [(v - current) * (-1.0 if np.isinf(theta[g]) else 1.0) for g, v in zip(free, values)]
+        return [free[i] for i in np.argsort(-np.asarray(relevance), kind="stable")]
+
     with threadpool_limits(limits=1, user_api="blas"):
         current, current_units = update_lambdas(True)
         low, high = ARD_LOG2_RANGE
+        order = visiting_order()
         for step in ARD_STEPS:
-            for g in range(len(groups)):
-                if fixed[g]:
-                    continue
+            for g in order:
                 seen = {float(theta[g]): current}
                 here = theta[g]
                 if np.isinf(here):
