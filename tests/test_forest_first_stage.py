@@ -21,6 +21,7 @@ import scipy.sparse as sp
 
 import ccme
 import twins
+from ccme.column_order import canonical_order
 from ccme.errors import ParameterError
 from ccme.estimators.forest_first_stage import (
     FOREST_DEFAULTS, ForestRidgeFoldArm, _grow, _leaf_columns, check_forest_settings, forest_weights,
@@ -47,6 +48,8 @@ def grown():
     rng = np.random.default_rng(0)
     X0, X1 = rng.normal(size=(80, 4)), rng.normal(size=(30, 4))
     Y0 = (X0[:, :1] + 0.3 * rng.normal(size=(80, 1)))
+    columns = canonical_order(X0)      # as grow_forest_first_stage orders them (ccme.column_order)
+    X0, X1 = X0[:, columns], X1[:, columns]
     settings = check_forest_settings({"n_estimators": 15, "min_samples_leaf": 3})
     forest = _grow(X0, Y0, settings, seed=4, n_threads=1)
     return X0, X1, Y0, forest

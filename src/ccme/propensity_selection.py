@@ -161,10 +161,20 @@ def make_learner(name: str, seed=None, n: int | None = None):
 
         # One job: with several, predict_proba sums the trees in the threads' order (not bit-reproducible).
         share = None if n is None or n <= 2 * FOREST_ROWS else FOREST_ROWS / (n / 2)
-        return RandomForestClassifier(n_estimators=100, max_depth=4, random_state=rs, max_samples=share)
+        return _forest(RandomForestClassifier(n_estimators=100, max_depth=4, random_state=rs, max_samples=share))
     if name == "auto":
         return AutoPropensity(random_state=rs)
     raise ParameterError(f"unknown propensity learner {name!r}; the names are {['auto', *LEARNERS]}")
+
+
+def _forest(classifier):
+    """The forest behind :class:`ccme.column_order.CanonicalColumns`: its draws of split candidates by column position
+    then depend on the covariates' values, not on the formula's term order or a factor's level order."""
+    from sklearn.pipeline import make_pipeline
+
+    from .column_order import CanonicalColumns
+
+    return make_pipeline(CanonicalColumns(), classifier)
 
 
 def _lrcv_keywords() -> dict:
@@ -547,7 +557,7 @@ def _cv_predictions(name: str, seed: int, X, y, splits, *, whole: bool, sample_w
         trees = np.diff(np.linspace(0, 100, len(splits) + 1).round().astype(int))[::-1]
         rs = np.random.default_rng(seed).integers(2**31 - 1, size=len(splits))
         for (train, test), t, r in zip(splits, trees, rs):
-            model = RandomForestClassifier(n_estimators=int(t), max_depth=4, random_state=int(r))
+            model = _forest(RandomForestClassifier(n_estimators=int(t), max_depth=4, random_state=int(r)))
             out[test] = _proba(_quiet_fit(model, X[train], y[train], sample_weight=part(train)), X[test], k)
     else:
         for train, test in splits:

@@ -74,6 +74,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _backend
+from ..column_order import canonical_order
 from ..errors import ParameterError
 from ..kernels import Kernel
 from ..pseudo import PseudoOutcome, uses_first_stage
@@ -302,6 +303,10 @@ def grow_forest_first_stage(X0, Y0, X_target, *, settings, seed: int, n_threads:
     matrix); the OOB error is then (1/m') Σ_j ‖G0_j − (W^OOB G0)_j‖² over the
     m' units with out-of-bag trees.
     """
+    # The forest draws split candidates by column position: in the canonical order its trees depend on the
+    # covariates' values only, not on the formula's term order or a factor's level order (ccme.column_order).
+    columns = canonical_order(X0)
+    X0, X_target = np.asarray(X0)[:, columns], np.asarray(X_target)[:, columns]
     forest = _grow(X0, Y0, settings, seed, n_threads)
     train_cols, n_cols = _leaf_columns(forest, X0, n_threads)
     eval_cols, _ = _leaf_columns(forest, X_target, n_threads)
