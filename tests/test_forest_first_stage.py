@@ -164,6 +164,7 @@ def test_fold_arm_agrees_with_its_numpy_twin(data, mode):
     np.testing.assert_allclose(mom[:, 1], c.T @ atoms[:, 0], rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
 def test_bootstrap_runs_on_the_forest_first_stage(forest_fit):
     profiles = forest_fit.profiles()
     bands = forest_fit.bands(0.9, newdata=profiles, arm=1, n_boot=49, seed=1)

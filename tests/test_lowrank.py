@@ -125,6 +125,7 @@ def test_linear_second_stage_matches_dense_algebra(lowrank):
     np.testing.assert_array_equal(influence.units, part.atom_units[len(part.Y1):])
 
 
+@pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
 def test_bands_and_effects_run_on_the_low_rank_path(lowrank):
     bands = lowrank.bands(newdata=ccme.datasets.PAPER_PROFILES[["x1", "x2"]].iloc[:2], arm=1, n_boot=99, seed=1,
                           y=np.linspace(0, 30, 30))

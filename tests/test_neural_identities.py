@@ -216,6 +216,7 @@ def test_neural_kernel_density_equals_eq_nk_density(small_fits, over):
         np.testing.assert_allclose(w.T @ naive_gram(atoms, y[:, None], sigma), expected, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
 def test_deep_feature_linear_second_stage_reproduces_the_estimate():
     """Σ_i β_i(v) P_i(y) over the folds is Deep Feature's raw density; bands and the test run on it.
 

@@ -76,6 +76,7 @@ def test_kernel_restored():
         Kernel("gaussian", (1.0, np.inf)).restored((1.0,))
 
 
+@pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
 def test_intervals_are_those_of_the_fit_with_the_restored_kernel(data, dropped, twin):
     v = data[["x1", "z"]].iloc[:4]
     ours = dropped.effect(newdata=v, q=(0.5,), n_boot=99, seed=1)
@@ -114,6 +115,7 @@ def test_the_low_rank_refit_restores_too(data):
     assert refit.v_map.kernel.bandwidth[0] == part.v_map.kernel.bandwidth[0]
 
 
+@pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
 def test_a_loaded_fit_gives_back_the_same_covariates(data, dropped, tmp_path):
     """What the restoring needs (the relevance table, the V kernel, V and the seed) is saved with the fit."""
     back = ccme.load(dropped.save(tmp_path / "dropped.ccme"))

@@ -306,6 +306,7 @@ def test_save_and_load_round_trip(weighted, tmp_path):
         ccme.CCMEResult.from_state(bad)
 
 
+@pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
 def test_bands_and_tests_run_on_the_weighted_fit(weighted):
     profile = ccme.datasets.PAPER_PROFILES.iloc[:1]
     bands = weighted.bands(0.9, newdata=profile, arm=1, y=GRID, n_boot=50, seed=1)

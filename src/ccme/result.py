@@ -1044,7 +1044,7 @@ class CCMEResult:
         ['std_error', 'df', 'conf_low', 'conf_high']
         """
         from .bootstrap import (BAND_ORDER, EFFECT_SMALL_SAMPLE, check_target, effect_intervals, restore_note,
-                                restored_v_bandwidths)
+                                restored_v_bandwidths, warn_small_arms)
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         check_target(target)  # before any work
@@ -1084,6 +1084,7 @@ class CCMEResult:
                     f"intervals on the effects need a linear second stage (method='ridge'); {why} gives estimates "
                     f"only: pass n_boot=0"
                 )
+            warn_small_arms(self, pair, "intervals", stacklevel=2)
             intervals = effect_intervals(self, V, estimates, q=levels, y_points=y_points, level=level,
                                          n_boot=int(n_boot), seed=self.seed if seed is None else seed, alpha=tails,
                                          target=target, arms=pair)

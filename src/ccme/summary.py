@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .bootstrap import small_arm_caveat
 from .effects import effect_table
 from .estimators.training import STAGE_NAMES
 from .errors import CcmeWarning
@@ -282,15 +283,18 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
     treatment = res.design.treatment
     pairs = [(1, 0)] if treatment.binary else [(arm, treatment.reference_code) for arm in res.arms
                                               if arm != treatment.reference_code]
-    rows = []
+    rows, caveats = [], []
     for pair in pairs:
         table = effect_table(res, res.design.encode_v(frame), list(frame.index), q=[], arms=pair)
         pvalues = None
         if n_boot and res.supports_bootstrap and len(res.design.y_names) == 1:
             labels = pair if treatment.binary else tuple(treatment.label(a) for a in pair)
-            with warnings.catch_warnings():  # the caveat becomes the section's note (below), not a warning
-                if res.estimator.bootstrap_caveat:
-                    warnings.filterwarnings("ignore", message=re.escape(res.estimator.bootstrap_caveat))
+            small = small_arm_caveat(res, pair)
+            caveats += [small] if small is not None and small not in caveats else []
+            with warnings.catch_warnings():  # the caveats become the section's notes (below), not warnings
+                for caveat in (res.estimator.bootstrap_caveat, small):
+                    if caveat:
+                        warnings.filterwarnings("ignore", message=re.escape(caveat))
                 pvalues = res.test_effect(newdata=frame, n_boot=n_boot, arms=labels).table["p_value"].to_numpy()
         mean_cols = [c for c in table.columns if c.startswith("mean diff")]
         head = "" if treatment.binary else f"{treatment.label(pair[0])} vs {treatment.label(pair[1])}: "
@@ -307,6 +311,7 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
         rows.append(("Test", "res.test_effect(newdata=...) or res.summary(n_boot=499) for p-values (multiplier bootstrap)"))
     elif res.estimator.bootstrap_caveat:
         rows.append(("Caveat", res.estimator.bootstrap_caveat))
+    rows += [("Caveat", caveat) for caveat in caveats]
     return rows
 
 
