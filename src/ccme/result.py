@@ -1033,6 +1033,13 @@ class CCMEResult:
         DataError
             ``newdata`` lacks a column V is built from, or holds missing values.
 
+        Warns
+        -----
+        CcmeWarning
+            With intervals, where the smaller of the two arms has fewer than
+            ``ccme.bootstrap.SMALL_ARM`` units (the distances' intervals then
+            under-cover more; README, "Small arms").
+
         Examples
         --------
         >>> import ccme
@@ -1147,6 +1154,13 @@ class CCMEResult:
             ``statistic="mmd"`` with a multivariate outcome, or ``newdata`` that
             cannot be encoded.
 
+        Warns
+        -----
+        CcmeWarning
+            Where the smaller of the two arms has fewer than
+            ``ccme.bootstrap.SMALL_ARM`` units: the p-values are then too small
+            (README, "Small arms").
+
         Examples
         --------
         >>> import ccme
@@ -1217,6 +1231,13 @@ class CCMEResult:
             A method without a linear second stage, or ``n_boot`` below 10.
         DataError
             A multivariate outcome, or ``newdata`` that cannot be encoded.
+
+        Warns
+        -----
+        CcmeWarning
+            Where the smaller of the two arms has fewer than
+            ``ccme.bootstrap.SMALL_ARM`` units: the p-values are then too small
+            (README, "Small arms").
 
         Examples
         --------
