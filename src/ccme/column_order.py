@@ -18,9 +18,9 @@ forests' accuracy is what it was; what it removes is the dependence of a
 fit on how the covariates were written down.  The forest propensity
 (:class:`CanonicalColumns`, the first step of its pipeline) and the forest
 first stage (:func:`ccme.estimators.forest_first_stage.grow_forest_first_stage`)
-use it, and so does the leave-one-out search of the per-covariate bandwidths
-(:func:`ccme.tuning._ard_search`), a coordinate search whose result depends on
-the order it visits the covariates in, breaks its ties with :func:`group_order`.
+use it.  The leave-one-out search of the per-covariate bandwidths
+(:func:`ccme.tuning._ard_search`), a coordinate search whose end point depends
+on the order it visits the covariates in, breaks its ties by :func:`group_order`.
 """
 
 from __future__ import annotations
@@ -73,11 +73,11 @@ def canonical_order(X) -> np.ndarray:
         raise ValueError(f"X must be a 2-d array; got {X.ndim} dimension(s)")
     if ORDER == "given":
         return np.arange(X.shape[1])
-    varying = [j for j in range(X.shape[1]) if X.shape[0] and np.any(X[:, j] != X[0, j])]
-    if not varying:
+    varying = np.flatnonzero((X != X[:1]).any(axis=0))
+    if not len(varying):
         return np.arange(min(1, X.shape[1]))
-    keys = _keys(X)
-    return np.array(sorted(varying, key=keys.__getitem__), dtype=np.intp)
+    keys = _keys(X[:, varying])
+    return varying[sorted(range(len(varying)), key=keys.__getitem__)]
 
 
 def group_order(X, groups) -> list[int]:

@@ -290,7 +290,8 @@ def _effect_rows(res, newdata, n_boot: int) -> list:
         if n_boot and res.supports_bootstrap and len(res.design.y_names) == 1:
             labels = pair if treatment.binary else tuple(treatment.label(a) for a in pair)
             small = small_arm_caveat(res, pair)
-            caveats += [small] if small is not None and small not in caveats else []
+            if small is not None and small not in caveats:
+                caveats.append(small)
             with warnings.catch_warnings():  # the caveats become the section's notes (below), not warnings
                 for caveat in (res.estimator.bootstrap_caveat, small):
                     if caveat:
