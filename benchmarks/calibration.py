@@ -220,7 +220,12 @@ def main(argv=None):
     parser.add_argument("--n", type=int, nargs="+", default=None, help="sample sizes")
     parser.add_argument("--location", default=None, choices=["linear"],
                         help="fit(location=...): the located fit's tests and intervals (not for 'bands')")
+    parser.add_argument("--test-leverage", type=float, default=None,
+                        help="κ of test_effect's residuals e_i / (1 − H_ii)^κ (default: "
+                             "ccme.bootstrap.EFFECT_TEST_LEVERAGE, 1/2: HC2); 0 is the plain construction")
     args = parser.parse_args(argv)
+    if args.test_leverage is not None:
+        ccme.bootstrap.EFFECT_TEST_LEVERAGE = args.test_leverage
     if args.part == "size":
         settings = [dict(n=n, scale=1.0, reps=args.reps or 200) for n in (args.n or (500, 1000))]
         run = rejection_rates
@@ -255,6 +260,7 @@ def main(argv=None):
         start = time.time()
         out = run(**s)
         out["seconds"] = round(time.time() - start, 1)
+        out["effect_test_leverage"] = ccme.bootstrap.EFFECT_TEST_LEVERAGE
         print(json.dumps(out), flush=True)
     return 0
 

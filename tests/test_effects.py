@@ -281,6 +281,58 @@ def test_effect_calibration_small():
     assert list(table.index) == list(SCALE_PROFILES.index) and np.all((table.p_value > 0) & (table.p_value <= 1))
 
 
+def _hand_effect_test(res, V, n_boot, seed, kappa):
+    """The MMD test of no effect built by hand: residual features e_i / (1 − H_ii)^κ, the same multipliers.
+
+    Returns the statistics T(v), the draws T*(v) (n_v, n_boot), the p-values and the global p-value.
+    """
+    t, w, s = bootstrap._mmd_grid(res)
+    kernel = bootstrap.Kernel("gaussian", (s,))
+    g = np.random.default_rng(seed).standard_normal((res.n, n_boot))
+    draws = np.zeros((len(V), n_boot, len(t)))
+    observed = 0.0
+    for arm, sign in ((1, 1.0), (0, -1.0)):
+        parts = bootstrap._second_stages(res, arm, None, {})
+        terms = bootstrap._linear(res, arm, V, t[:, None], "density", kernel, parts=parts)  # κ = 0
+        h = [part.leverages(1) for fold in parts for part in fold]  # the hat matrices' diagonals, per term
+        assert len(h) == len(terms) and all(np.all((x > 0) & (x < 1)) for x in h)
+        observed = observed + sign * sum(term.estimate() for term in terms)
+        for term, lev in zip(terms, h):
+            R = term.R / (1.0 - lev)[:, None] ** kappa
+            for e in range(len(V)):
+                draws[e] += sign * (g[term.units].T @ (term.beta[:, e : e + 1] * R))
+    T = (observed**2) @ w
+    boot = (draws**2) @ w
+    point = (1.0 + np.sum(boot >= T[:, None], axis=1)) / (1.0 + n_boot)
+    return T, boot, point, (1.0 + np.sum(boot.mean(axis=0) >= T.mean())) / (1.0 + n_boot)
+
+
+def test_effect_draws_use_hc2_residuals(monkeypatch):
+    """test_effect's p-values equal a hand-built multiplier bootstrap whose residuals are e_i / √(1 − H_ii).
+
+    The twin (:func:`_hand_effect_test`) takes the plain terms, rescales each
+    unit's residual features by its leverage H_ii (from ``leverages``) and
+    recomputes T*(v) = ‖Δ*(v)‖² on the MMD's quadrature with the same
+    multipliers: the p-values agree exactly for κ = 1/2 (the default, HC2)
+    and κ = 0 (the in-sample residuals), and HC2's draws are larger.  On null
+    data (scale_data, n = 80), so that the p-values are not all at their floor.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        null = ccme.fit(SCALE_FORMULA, scale_data(80, 1.0, 5), propensity="logistic", seed=5, tune="none")
+    V = null.design.encode_v(SCALE_PROFILES)
+    assert bootstrap.EFFECT_TEST_LEVERAGE == 0.5
+    boots = {}
+    for kappa in (0.5, 0.0):
+        monkeypatch.setattr(bootstrap, "EFFECT_TEST_LEVERAGE", kappa)
+        got = null.test_effect(newdata=SCALE_PROFILES, n_boot=199, seed=11)
+        T, boots[kappa], point, global_p = _hand_effect_test(null, V, 199, 11, kappa)
+        np.testing.assert_allclose(got.table["statistic"].to_numpy(), T, rtol=1e-12)
+        np.testing.assert_array_equal(got.table["p_value"].to_numpy(), point)
+        assert got.p_value == global_p
+    assert np.all(boots[0.5].mean(axis=1) > boots[0.0].mean(axis=1))
+
+
 @pytest.mark.parametrize("target", ["regularised", "smoothed"])
 def test_effect_intervals_match_the_delta_method(res, target):
     """The bootstrap standard error of the mean difference is the delta-method one of the linear second stage.

@@ -1037,8 +1037,8 @@ class CCMEResult:
         -----
         CcmeWarning
             With intervals, where the smaller of the two arms has fewer than
-            ``ccme.bootstrap.SMALL_ARM`` units (the distances' intervals then
-            under-cover more; README, "Small arms").
+            ``ccme.bootstrap.SMALL_ARM["intervals"]`` units (the distances'
+            intervals then under-cover more; README, "Small arms").
 
         Examples
         --------
@@ -1116,7 +1116,12 @@ class CCMEResult:
         Gaussian outcome kernel), or ‖mean₁(v) − mean₀(v)‖² (``"mean"``, any
         d_y), at each V-point; the global statistic is their mean over the
         V-points.  Calibrated by the multiplier bootstrap of
-        :mod:`ccme.bootstrap`; p-values are (1 + #{T* ≥ T}) / (1 + n_boot).
+        :mod:`ccme.bootstrap`, whose draws use each unit's second-stage
+        residual scaled by 1 / √(1 − H_ii), H the second stage's hat matrix
+        (HC2, MacKinnon and White 1985; ``ccme.bootstrap.EFFECT_TEST_LEVERAGE``:
+        the in-sample residuals understate the noise where the smoother
+        follows few units, and made the test reject 8–21% of true nulls at
+        the 5% level below n = 100); p-values are (1 + #{T* ≥ T}) / (1 + n_boot).
         Measured on simulated data by ``benchmarks/calibration.py``.  With a
         location stage (``fit(location=)``) the draws also move the mean
         model's coefficients (:class:`ccme.bootstrap._Located`; size:
@@ -1158,8 +1163,8 @@ class CCMEResult:
         -----
         CcmeWarning
             Where the smaller of the two arms has fewer than
-            ``ccme.bootstrap.SMALL_ARM`` units: the p-values are then too small
-            (README, "Small arms").
+            ``ccme.bootstrap.SMALL_ARM["effect"]`` units: the test's size was
+            not measured there (README, "Small arms").
 
         Examples
         --------
@@ -1235,9 +1240,9 @@ class CCMEResult:
         Warns
         -----
         CcmeWarning
-            With fewer than ``ccme.bootstrap.SMALL_ARM`` units in the smaller
-            arm (the global test rejected 10.5% of true nulls at the 5% level
-            with arms of about 40; README, "Small arms").
+            With fewer than ``ccme.bootstrap.SMALL_ARM["dominance"]`` units in
+            the smaller arm (the global test rejected 10.5% of true nulls at the
+            5% level with arms of about 40; README, "Small arms").
 
         Examples
         --------
