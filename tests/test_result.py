@@ -109,3 +109,15 @@ def test_newdata_may_be_a_dict_of_scalars_one_v_point(res):
                                res.density(y, newdata=frame, arm=1)[0], rtol=1e-12)  # another summation order
     pd.testing.assert_frame_equal(res.summary(newdata=point).to_frame(), res.summary(newdata=frame).to_frame())
     assert point == {"x1": 0.3, "x2": -1.0, "x3": 0.5}
+
+
+def test_embedding_fine_grid_is_the_grid_its_functionals_use_and_default_grid_is_its_deprecated_name(res):
+    """Embedding.fine_grid() is the 2001-point grid its quantiles are located on; default_grid() warns and agrees."""
+    emb = res.embedding(1)
+    grid = emb.fine_grid()
+    assert grid.shape == (2001,) and np.all(np.diff(grid) > 0)
+    v = res.design.encode_v(ccme.datasets.PAPER_PROFILES)
+    np.testing.assert_array_equal(emb.quantile([0.25, 0.5], v=v), emb.quantile([0.25, 0.5], grid=grid, v=v))
+    with pytest.warns(FutureWarning, match="renamed Embedding.fine_grid"):
+        old = emb.default_grid(50)
+    np.testing.assert_array_equal(old, emb.fine_grid(50))

@@ -472,8 +472,14 @@ class Embedding:
                 "dimensions); density, mean, mode and sample work for any dimension"
             )
 
-    def default_grid(self, size: int = FINE_GRID_SIZE) -> np.ndarray:
-        """An increasing grid over the observed outcomes ± the margin of :mod:`ccme.grids` (d_y = 1).
+    def fine_grid(self, size: int = FINE_GRID_SIZE) -> np.ndarray:
+        """The grid on which quantiles, modes and tail means are located (d_y = 1).
+
+        An increasing grid over the observed outcomes ± the margin of
+        :mod:`ccme.grids`, at this arm's read-out kernel; the name matches
+        :meth:`ccme.CCMEResult.fine_grid` (which takes the wider of the two
+        arms' kernels), while ``CCMEResult.default_grid`` is the coarser
+        plotting grid within the outcomes' fences.
 
         Parameters
         ----------
@@ -496,13 +502,25 @@ class Embedding:
         >>> import ccme
         >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
         >>> emb = res.embedding(1)
-        >>> emb.default_grid().shape
+        >>> emb.fine_grid().shape
         (2001,)
         """
-        self._require_1d("a default grid")
+        self._require_1d("a fine grid")
         if self._range is None:
             raise ParameterError("this embedding does not know the outcomes' range: pass a grid")
         return outcome_grid(np.array([self._range[0][0], self._range[1][0]]), self._y_kernel, size=size)
+
+    def default_grid(self, size: int = FINE_GRID_SIZE) -> np.ndarray:
+        """Deprecated name of :meth:`fine_grid` (it was the fine grid, not the result's plotting ``default_grid``).
+
+        Warns
+        -----
+        FutureWarning
+            Always: use :meth:`fine_grid`.
+        """
+        warnings.warn("Embedding.default_grid() is renamed Embedding.fine_grid() (the same 2001-point grid; "
+                      "CCMEResult.default_grid() is the plotting grid)", FutureWarning, stacklevel=2)
+        return self.fine_grid(size)
 
     # -- the two primitives -------------------------------------------------
     def contract(self, points, *, v, feature: str) -> np.ndarray:
@@ -910,7 +928,7 @@ class Embedding:
             The V-points: a DataFrame with the columns V is built from (encoded by
             the fit's formula), or V's encoded columns as an array.
         grid : ndarray (G,) or None, default None
-            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
+            Increasing outcome grid; None: :meth:`fine_grid` (2001 points).
 
         Returns
         -------
@@ -934,7 +952,7 @@ class Embedding:
         """
         self._require_1d("the quantile")
         levels = check_levels(q, "q")
-        grid = self.default_grid() if grid is None else np.asarray(grid, dtype=np.float64)
+        grid = self.fine_grid() if grid is None else np.asarray(grid, dtype=np.float64)
         return invert_cdf(self.cdf(grid[:, None], v=v, normalize=True), grid, levels)
 
     def interval(self, level: float = 0.9, *, v, grid=None) -> np.ndarray:
@@ -948,7 +966,7 @@ class Embedding:
             The V-points: a DataFrame with the columns V is built from (encoded by
             the fit's formula), or V's encoded columns as an array.
         grid : ndarray (G,) or None, default None
-            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
+            Increasing outcome grid; None: :meth:`fine_grid` (2001 points).
 
         Returns
         -------
@@ -997,7 +1015,7 @@ class Embedding:
             the fit's formula), or V's encoded columns as an array.
         tail : {"lower", "upper"}, default "lower"
         grid : ndarray (G,) or None, default None
-            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
+            Increasing outcome grid; None: :meth:`fine_grid` (2001 points).
 
         Returns
         -------
@@ -1022,7 +1040,7 @@ class Embedding:
         """
         self._require_1d("the expected shortfall")
         levels = check_levels(alpha, "alpha")
-        grid = self.default_grid() if grid is None else np.asarray(grid, dtype=np.float64)
+        grid = self.fine_grid() if grid is None else np.asarray(grid, dtype=np.float64)
         return tail_means(self.cdf(grid[:, None], v=v, normalize=True), grid, levels, tail)
 
     def superquantile(self, p, *, v, grid=None) -> np.ndarray:
@@ -1034,7 +1052,7 @@ class Embedding:
         v : DataFrame or ndarray (n_v, d_v)
             The V-points.
         grid : ndarray (G,) or None, default None
-            Increasing outcome grid; None: :meth:`default_grid` (2001 points).
+            Increasing outcome grid; None: :meth:`fine_grid` (2001 points).
 
         Returns
         -------
@@ -1099,7 +1117,7 @@ class Embedding:
             The V-points: a DataFrame with the columns V is built from (encoded by
             the fit's formula), or V's encoded columns as an array.
         candidates : array (G,) or (G, d_y), or None, default None
-            Outcome points searched; None: :meth:`default_grid` (d_y = 1).
+            Outcome points searched; None: :meth:`fine_grid` (d_y = 1).
 
         Returns
         -------
@@ -1122,7 +1140,7 @@ class Embedding:
         (2, 1)
         """
         if candidates is None:
-            candidates = self.default_grid()[:, None]
+            candidates = self.fine_grid()[:, None]
         else:
             candidates = self._y(candidates)
         raw = self.contract(candidates, v=v, feature="density")
