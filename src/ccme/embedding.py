@@ -513,10 +513,36 @@ class Embedding:
     def default_grid(self, size: int = FINE_GRID_SIZE) -> np.ndarray:
         """Deprecated name of :meth:`fine_grid` (it was the fine grid, not the result's plotting ``default_grid``).
 
+        Parameters
+        ----------
+        size : int, default 2001
+            Number of grid points.
+
+        Returns
+        -------
+        ndarray (size,)
+            ``self.fine_grid(size)``.
+
+        Raises
+        ------
+        DataError
+            A multivariate outcome.
+        ParameterError
+            An embedding built without the outcomes' range.
+
         Warns
         -----
         FutureWarning
             Always: use :meth:`fine_grid`.
+
+        Examples
+        --------
+        >>> import warnings, ccme
+        >>> res = ccme.fit("y ~ a | x1 | x2", ccme.datasets.paper_simulation(300, seed=1), tune="none", seed=1)
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", FutureWarning)
+        ...     res.embedding(1).default_grid(50).shape
+        (50,)
         """
         warnings.warn("Embedding.default_grid() is renamed Embedding.fine_grid() (the same 2001-point grid; "
                       "CCMEResult.default_grid() is the plotting grid)", FutureWarning, stacklevel=2)
