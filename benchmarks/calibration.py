@@ -147,7 +147,7 @@ def scale_effects(v: np.ndarray, scale: float, y: np.ndarray, q: np.ndarray, wid
         "mean_diff": np.zeros((len(v), 1)),
         "qte": np.tile((s1 - s0) * norm.ppf(q), (len(v), 1)),
         "cdf_diff": norm.cdf((y[None, :] - v[:, None]) / s1) - norm.cdf((y[None, :] - v[:, None]) / s0),
-        "mmd": np.full((len(v), 1), np.sqrt(mmd2)),
+        "mmd": np.full((len(v), 1), np.sqrt(max(mmd2, 0.0))),  # 0 up to rounding at the null
         "kolmogorov": gap.max(axis=1)[:, None],
         "wasserstein": np.trapezoid(gap, grid, axis=1)[:, None],
     }
@@ -223,7 +223,15 @@ def main(argv=None):
     parser.add_argument("--test-leverage", type=float, default=None,
                         help="κ of test_effect's residuals e_i / (1 − H_ii)^κ (default: "
                              "ccme.bootstrap.EFFECT_TEST_LEVERAGE, 1/2: HC2); 0 is the plain construction")
+    parser.add_argument("--scale", type=float, default=1.5,
+                        help="effects: the treated law's spread relative to the control's (1 is the null)")
+    parser.add_argument("--reverse-effects", default=None,
+                        help="effects: comma-separated effects with reverse-percentile intervals (default "
+                             "ccme.bootstrap.REVERSE_INTERVAL_EFFECTS; '' for every interval symmetric, the "
+                             "construction before)")
     args = parser.parse_args(argv)
+    if args.reverse_effects is not None:
+        ccme.bootstrap.REVERSE_INTERVAL_EFFECTS = tuple(t for t in args.reverse_effects.split(",") if t)
     if args.test_leverage is not None:
         ccme.bootstrap.EFFECT_TEST_LEVERAGE = args.test_leverage
     if args.part == "size":
@@ -242,7 +250,7 @@ def main(argv=None):
                     for f in ("density", "cdf")]
         run = band_coverage
     elif args.part == "effects":
-        settings = [dict(n=n, reps=args.reps or 100) for n in (args.n or (1000, 2000))]
+        settings = [dict(n=n, reps=args.reps or 100, scale=args.scale) for n in (args.n or (1000, 2000))]
         run = effect_coverage
     else:
         # size at the least favourable null (equal laws) and inside the null (a positive shift / a shift),
@@ -261,6 +269,7 @@ def main(argv=None):
         out = run(**s)
         out["seconds"] = round(time.time() - start, 1)
         out["effect_test_leverage"] = ccme.bootstrap.EFFECT_TEST_LEVERAGE
+        out["reverse_interval_effects"] = list(ccme.bootstrap.REVERSE_INTERVAL_EFFECTS)
         print(json.dumps(out), flush=True)
     return 0
 

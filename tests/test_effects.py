@@ -467,3 +467,36 @@ def test_evaluated_embedding_gives_every_functional_unchanged():
         np.testing.assert_allclose(call(at), call(emb), rtol=1e-10, atol=1e-13, err_msg=name)
     other = pd.DataFrame({f"x{j}": [0.3] for j in range(1, 6)})  # not among the kept V-points: computed afresh
     np.testing.assert_array_equal(at.density(y, v=other), emb.density(y, v=other))
+
+
+def test_reverse_percentile_interval_matches_numpy():
+    """_reverse_interval is [2T − q_hi(T*), 2T − q_lo(T*)] (the basic bootstrap interval), floored at 0."""
+    rng = np.random.default_rng(5)
+    T = np.array([0.30, 0.05])
+    star = T[:, None] + 0.1 + rng.gamma(2.0, 0.05, size=(2, 999))  # draws biased upwards, as a norm's are
+    got = bootstrap._reverse_interval(T, T, star, 0.9, 0.0)
+    hi = np.quantile(star, 0.95, axis=1)
+    lo = np.quantile(star, 0.05, axis=1)
+    np.testing.assert_allclose(got.conf_low, np.maximum(2 * T - hi, 0.0), rtol=1e-14)
+    np.testing.assert_allclose(got.conf_high, np.maximum(2 * T - lo, 0.0), rtol=1e-14)
+    assert got.conf_low[1] == 0.0 and got.conf_high[0] < T[0] + 1e-12  # moved down by the draws' bias
+
+
+def test_norm_distances_get_reverse_intervals_from_the_same_draws(res, monkeypatch):
+    """MMD and Kolmogorov: reverse percentiles; Wasserstein and the rest: the symmetric interval (same draws)."""
+    kw = dict(newdata=PAPER_PROFILES, n_boot=199, seed=2, target="regularised")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ccme.CcmeWarning)
+        reverse = res.effect(**kw).set_index(["profile", "term", "at"], drop=False)
+        monkeypatch.setattr(bootstrap, "REVERSE_INTERVAL_EFFECTS", ())
+        symmetric = res.effect(**kw).set_index(["profile", "term", "at"], drop=False)
+    np.testing.assert_array_equal(reverse["std_error"], symmetric["std_error"])  # the same draws
+    moved = reverse["term"].isin(["mmd", "kolmogorov"])
+    np.testing.assert_array_equal(reverse.loc[~moved, ["conf_low", "conf_high"]],
+                                  symmetric.loc[~moved, ["conf_low", "conf_high"]])
+    sym = symmetric.loc[moved]
+    unfloored = sym["conf_low"] > 0  # the symmetric interval's halves are equal where the floor did not cut it
+    np.testing.assert_allclose((sym["conf_high"] - sym["estimate"])[unfloored],
+                               (sym["estimate"] - sym["conf_low"])[unfloored], rtol=1e-12)
+    assert np.all(np.abs((reverse.loc[moved, "conf_low"] + reverse.loc[moved, "conf_high"]).to_numpy()
+                         - (sym["conf_low"] + sym["conf_high"]).to_numpy()) > 1e-6)

@@ -1050,8 +1050,8 @@ class CCMEResult:
         >>> list(table.columns[-4:])
         ['std_error', 'df', 'conf_low', 'conf_high']
         """
-        from .bootstrap import (BAND_ORDER, EFFECT_SMALL_SAMPLE, check_target, effect_intervals, restore_note,
-                                restored_v_bandwidths, warn_small_arms)
+        from .bootstrap import (BAND_ORDER, EFFECT_SMALL_SAMPLE, REVERSE_INTERVAL_EFFECTS, check_target,
+                                effect_intervals, restore_note, restored_v_bandwidths, warn_small_arms)
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         check_target(target)  # before any work
@@ -1101,7 +1101,8 @@ class CCMEResult:
             table.insert(0, "contrast", f"{treatment.label(pair[0])} - {treatment.label(pair[1])}")
         method = "none"
         if intervals:
-            method = "multiplier bootstrap, symmetric basic" + (
+            method = ("multiplier bootstrap, symmetric basic (reverse percentiles for "
+                      + ", ".join(REVERSE_INTERVAL_EFFECTS) + ")") + (
                 f", bias-reduced (iterated Tikhonov, order {BAND_ORDER}{restore_note(self, restored_v_bandwidths(self))})"
                 + (", Student-t critical values with Satterthwaite df" if EFFECT_SMALL_SAMPLE else "")
                 if target == "smoothed" else "")
