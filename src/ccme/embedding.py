@@ -516,19 +516,12 @@ class Embedding:
         Parameters
         ----------
         size : int, default 2001
-            Number of grid points.
+            As in :meth:`fine_grid`, which this calls (and whose errors it raises).
 
         Returns
         -------
-        ndarray (size,)
+        ndarray
             ``self.fine_grid(size)``.
-
-        Raises
-        ------
-        DataError
-            A multivariate outcome.
-        ParameterError
-            An embedding built without the outcomes' range.
 
         Warns
         -----
