@@ -64,26 +64,28 @@ def scale_data(n: int, scale: float, seed, shift: float = 0.0) -> pd.DataFrame:
 
 
 def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_global: int = 20, seed0: int = 0,
-                    shift: float = 0.0, location=None, v: str = "x1"):
+                    shift: float = 0.0, location=None, v: str = "x1", defaults: bool = False):
     """Fraction of ``reps`` fits whose p-values fall at or below 0.05 and 0.10 (global and at ``v`` = 0).
 
     ``v``: the covariate in V (the others outside it); "x2" puts the confounder x2 inside V and x1, which also
-    drives the treatment, outside: another design for the same null.
+    drives the treatment, outside: another design for the same null.  ``defaults``: fit as a user would, with
+    ccme's tuning and default propensity (else ``tune="none"`` and a logistic propensity, the bootstrap alone).
     """
+    how = {"location": location} if defaults else {"propensity": "logistic", "tune": "none", "location": location}
     formula = f"y ~ a | {v} | " + " + ".join(c for c in ("x1", "x2", "x3") if c != v)
     pglob, ppoint = [], []
     for r in range(reps):
         data = scale_data(n, scale, seed0 + r, shift=shift)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(formula, data, propensity="logistic", seed=seed0 + r, tune="none", location=location)
+            res = ccme.fit(formula, data, seed=seed0 + r, **how)
             test = res.test_effect(n_boot=n_boot, n_global=n_global)
             point = res.test_effect(newdata=pd.DataFrame({v: [0.0]}, index=[f"{v}=0"]), n_boot=n_boot)
         pglob.append(test.p_value)
         ppoint.append(point.p_value)
     pglob, ppoint = np.array(pglob), np.array(ppoint)
     return {
-        "n": n, "scale": scale, "shift": shift, "v": v, "reps": reps, "n_boot": n_boot,
+        "n": n, "scale": scale, "shift": shift, "v": v, "defaults": defaults, "reps": reps, "n_boot": n_boot,
         "global_0.05": float(np.mean(pglob <= 0.05)), "global_0.10": float(np.mean(pglob <= 0.10)),
         "point_0.05": float(np.mean(ppoint <= 0.05)), "point_0.10": float(np.mean(ppoint <= 0.10)),
     }
@@ -228,6 +230,11 @@ def main(argv=None):
     parser.add_argument("--test-leverage", type=float, default=None,
                         help="κ of test_effect's residuals e_i / (1 − H_ii)^κ (default: "
                              "ccme.bootstrap.EFFECT_TEST_LEVERAGE, 1/2: HC2); 0 is the plain construction")
+    parser.add_argument("--test-target", default=None, choices=["smoothed", "regularised"],
+                        help="test_effect's construction (default ccme.bootstrap.EFFECT_TEST_TARGET)")
+    parser.add_argument("--defaults", action="store_true",
+                        help="size, power: fit with ccme's defaults (tuning, default propensity) instead of "
+                             "tune='none' and a logistic propensity")
     parser.add_argument("--v", default="x1", choices=["x1", "x2", "x3"],
                         help="size: the covariate in V (default x1; x2 puts a confounder inside V)")
     parser.add_argument("--scale", type=float, default=1.5,
@@ -239,13 +246,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.reverse_effects is not None:
         ccme.bootstrap.REVERSE_INTERVAL_EFFECTS = tuple(t for t in args.reverse_effects.split(",") if t)
+    if args.test_target is not None:
+        ccme.bootstrap.EFFECT_TEST_TARGET = args.test_target
     if args.test_leverage is not None:
         ccme.bootstrap.EFFECT_TEST_LEVERAGE = args.test_leverage
     if args.part == "size":
-        settings = [dict(n=n, scale=1.0, reps=args.reps or 200, v=args.v) for n in (args.n or (500, 1000))]
+        settings = [dict(n=n, scale=1.0, reps=args.reps or 200, v=args.v, defaults=args.defaults)
+                    for n in (args.n or (500, 1000))]
         run = rejection_rates
     elif args.part == "power":
-        settings = [dict(n=n, scale=1.5, reps=args.reps or 100) for n in (args.n or (250, 500, 1000, 2000))]
+        settings = [dict(n=n, scale=1.5, reps=args.reps or 100, defaults=args.defaults)
+                    for n in (args.n or (250, 500, 1000, 2000))]
         run = rejection_rates
     elif args.part == "shift":
         # a location shift of one outcome-SD given V (sd(Y⁰ | x1) = √2): the issue's power target at n = 2000
@@ -276,6 +287,7 @@ def main(argv=None):
         out = run(**s)
         out["seconds"] = round(time.time() - start, 1)
         out["effect_test_leverage"] = ccme.bootstrap.EFFECT_TEST_LEVERAGE
+        out["effect_test_target"] = ccme.bootstrap.EFFECT_TEST_TARGET
         out["reverse_interval_effects"] = list(ccme.bootstrap.REVERSE_INTERVAL_EFFECTS)
         print(json.dumps(out), flush=True)
     return 0
