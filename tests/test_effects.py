@@ -470,11 +470,11 @@ def test_evaluated_embedding_gives_every_functional_unchanged():
 
 
 def test_reverse_percentile_interval_matches_numpy():
-    """_reverse_interval is [2T − q_hi(T*), 2T − q_lo(T*)] (the basic bootstrap interval), floored at 0."""
+    """_interval(reverse=True) is [2T − q_hi(T*), 2T − q_lo(T*)] (the basic bootstrap interval), floored at 0."""
     rng = np.random.default_rng(5)
     T = np.array([0.30, 0.05])
     star = T[:, None] + 0.1 + rng.gamma(2.0, 0.05, size=(2, 999))  # draws biased upwards, as a norm's are
-    got = bootstrap._reverse_interval(T, T, star, 0.9, 0.0)
+    got = bootstrap._interval(T, T, star, 0.9, 0.0, reverse=True)
     hi = np.quantile(star, 0.95, axis=1)
     lo = np.quantile(star, 0.05, axis=1)
     np.testing.assert_allclose(got.conf_low, np.maximum(2 * T - hi, 0.0), rtol=1e-14)

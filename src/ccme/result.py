@@ -1101,8 +1101,9 @@ class CCMEResult:
             table.insert(0, "contrast", f"{treatment.label(pair[0])} - {treatment.label(pair[1])}")
         method = "none"
         if intervals:
-            method = ("multiplier bootstrap, symmetric basic (reverse percentiles for "
-                      + ", ".join(REVERSE_INTERVAL_EFFECTS) + ")") + (
+            reverse = (f" (reverse percentiles for {', '.join(REVERSE_INTERVAL_EFFECTS)})"
+                       if REVERSE_INTERVAL_EFFECTS else "")
+            method = "multiplier bootstrap, symmetric basic" + reverse + (
                 f", bias-reduced (iterated Tikhonov, order {BAND_ORDER}{restore_note(self, restored_v_bandwidths(self))})"
                 + (", Student-t critical values with Satterthwaite df" if EFFECT_SMALL_SAMPLE else "")
                 if target == "smoothed" else "")
@@ -1123,6 +1124,11 @@ class CCMEResult:
         the in-sample residuals understate the noise where the smoother
         follows few units, and made the test reject 8–21% of true nulls at
         the 5% level below n = 100); p-values are (1 + #{T* ≥ T}) / (1 + n_boot).
+        Its size was measured with ``tune="none"``: with the tuned defaults
+        each arm has its own hyperparameters, their ridge biases no longer
+        cancel under the null, and the test rejected 25–39% of true nulls at
+        the 5% level (README, "Small arms"); refit with ``tune="none"`` for
+        the test until ``ccme.bootstrap.EFFECT_TEST_TARGET`` changes.
         Measured on simulated data by ``benchmarks/calibration.py``.  With a
         location stage (``fit(location=)``) the draws also move the mean
         model's coefficients (:class:`ccme.bootstrap._Located`; size:
