@@ -11,7 +11,8 @@ long: run it in the background)::
     PYTHONPATH=src nohup python benchmarks/calibration.py shape > /tmp/cal-shape.log &
 
 Fits use the fixed default hyperparameters (``tune="none"``), so the numbers
-describe the bootstrap, not the tuning.  ``size`` and ``power`` use :func:`scale_data` (confounded, V = x1; Y¹ has
+describe the bootstrap, not the tuning; ``--defaults`` fits as a user would (ccme's
+tuning and default propensity), which is what the README's tables of the defaults report.  ``size`` and ``power`` use :func:`scale_data` (confounded, V = x1; Y¹ has
 ``scale`` times the noise of Y⁰ and the same mean, so only a distributional
 test can see the effect; ``scale = 1`` is the null).  ``bands`` uses the
 paper's simulation and the smoothed target E[k(Y¹, y) | V = v] computed from
@@ -63,6 +64,13 @@ def scale_data(n: int, scale: float, seed, shift: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame({"y": y, "a": a, "x1": X[:, 0], "x2": X[:, 1], "x3": X[:, 2]})
 
 
+def fit_options(defaults: bool, location=None, propensity: str = "logistic") -> dict:
+    """ccme.fit's options: a user's (tuning, default propensity) if ``defaults``, else ``tune="none"`` and ``propensity``."""
+    if defaults:
+        return {"location": location}
+    return {"propensity": propensity, "tune": "none", "location": location}
+
+
 def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_global: int = 20, seed0: int = 0,
                     shift: float = 0.0, location=None, v: str = "x1", defaults: bool = False):
     """Fraction of ``reps`` fits whose p-values fall at or below 0.05 and 0.10 (global and at ``v`` = 0).
@@ -71,7 +79,7 @@ def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_glo
     drives the treatment, outside: another design for the same null.  ``defaults``: fit as a user would, with
     ccme's tuning and default propensity (else ``tune="none"`` and a logistic propensity, the bootstrap alone).
     """
-    how = {"location": location} if defaults else {"propensity": "logistic", "tune": "none", "location": location}
+    how = fit_options(defaults, location)
     formula = f"y ~ a | {v} | " + " + ".join(c for c in ("x1", "x2", "x3") if c != v)
     pglob, ppoint = [], []
     for r in range(reps):
@@ -108,14 +116,14 @@ def smoothed_target(y: np.ndarray, profiles: pd.DataFrame, sigma: float, arm: in
 
 
 def band_coverage(n: int, reps: int, *, feature: str = "density", level: float = 0.9, n_boot: int = 299,
-                  seed0: int = 0, grid_size: int = 100):
+                  seed0: int = 0, grid_size: int = 100, defaults: bool = False):
     """Coverage of the smoothed target by the bands at the paper's profiles (arm 1)."""
     point, simultaneous, widths = [], [], []
     for r in range(reps):
         data = paper_simulation(n, seed=seed0 + r)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(PAPER_FORMULA, data, propensity="forest", seed=seed0 + r, tune="none")
+            res = ccme.fit(PAPER_FORMULA, data, seed=seed0 + r, **fit_options(defaults, propensity="forest"))
             y = np.linspace(-5.0, 45.0, grid_size)
             b = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, feature=feature, n_boot=n_boot)
         target = smoothed_target(y, PAPER_PROFILES, res.embedding(1).y_kernel.bandwidth_array[0], 1, feature)
@@ -126,7 +134,7 @@ def band_coverage(n: int, reps: int, *, feature: str = "density", level: float =
         widths.append((b.upper - b.lower).mean(axis=1))
     point, simultaneous = np.array(point), np.array(simultaneous)
     return {
-        "n": n, "reps": reps, "feature": feature, "level": level, "n_boot": n_boot,
+        "n": n, "reps": reps, "feature": feature, "level": level, "n_boot": n_boot, "defaults": defaults,
         "pointwise_coverage": point.mean(axis=0).round(4).tolist(),
         "simultaneous_coverage": simultaneous.mean(axis=0).round(4).tolist(),
         "mean_width": np.mean(widths, axis=0).round(5).tolist(), "profiles": list(PAPER_PROFILES.index),
@@ -161,7 +169,7 @@ def scale_effects(v: np.ndarray, scale: float, y: np.ndarray, q: np.ndarray, wid
 
 
 def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9, n_boot: int = 199, seed0: int = 0,
-                    location=None):
+                    location=None, defaults: bool = False):
     """Coverage of :meth:`ccme.CCMEResult.effect`'s intervals at x1 ∈ {−1, 0, 1}, per term.
 
     Two targets: the true effect, and the smoothed one (each arm's law
@@ -177,7 +185,7 @@ def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9
         data = scale_data(n, scale, seed0 + r)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none", location=location)
+            res = ccme.fit(SCALE_FORMULA, data, seed=seed0 + r, **fit_options(defaults, location))
             table = res.effect(newdata=SCALE_PROFILES, q=q, y=y, level=level, n_boot=n_boot)
         sig = tuple(res.outcome_kernel(a).bandwidth_array[0] for a in (1, 0))
         truths = {"true": scale_effects(v, scale, y, q, rkhs=res.kernels["y"].bandwidth_array[0]),
@@ -192,7 +200,7 @@ def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9
                 inside = (lo <= truth[term]) & (truth[term] <= hi)
                 hits[target].setdefault(term, []).append(inside.mean())
     return {
-        "n": n, "reps": reps, "scale": scale, "level": level, "n_boot": n_boot,
+        "n": n, "reps": reps, "scale": scale, "level": level, "n_boot": n_boot, "defaults": defaults,
         "coverage_true": {t: round(float(np.mean(h)), 3) for t, h in hits["true"].items()},
         "coverage_smoothed": {t: round(float(np.mean(h)), 3) for t, h in hits["smoothed"].items()},
         "mean_width": {t: round(float(np.mean(w)), 4) for t, w in widths.items()},
@@ -200,14 +208,14 @@ def effect_coverage(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9
 
 
 def shape_rejections(n: int, reps: int, *, hypothesis: str, scale: float, shift: float, n_boot: int = 199,
-                     seed0: int = 0, location=None):
+                     seed0: int = 0, location=None, defaults: bool = False):
     """Rejection rates at 5% and 10% of ``test_dominance`` / ``test_location_shift`` at x1 = 0 and globally."""
     point, glob = [], []
     for r in range(reps):
         data = scale_data(n, scale, seed0 + r, shift=shift)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = ccme.fit(SCALE_FORMULA, data, propensity="logistic", seed=seed0 + r, tune="none", location=location)
+            res = ccme.fit(SCALE_FORMULA, data, seed=seed0 + r, **fit_options(defaults, location))
             run = res.test_dominance if hypothesis == "dominance" else res.test_location_shift
             test = run(newdata=SCALE_PROFILES, n_boot=n_boot)
         point.append(test.table["p_value"].iloc[1])
@@ -215,6 +223,7 @@ def shape_rejections(n: int, reps: int, *, hypothesis: str, scale: float, shift:
     point, glob = np.array(point), np.array(glob)
     return {
         "hypothesis": hypothesis, "n": n, "scale": scale, "shift": shift, "reps": reps, "n_boot": n_boot,
+        "defaults": defaults,
         "point_0.05": float(np.mean(point <= 0.05)), "point_0.10": float(np.mean(point <= 0.10)),
         "global_0.05": float(np.mean(glob <= 0.05)), "global_0.10": float(np.mean(glob <= 0.10)),
     }
@@ -233,8 +242,11 @@ def main(argv=None):
     parser.add_argument("--test-target", default=None, choices=["smoothed", "regularised"],
                         help="test_effect's construction (default ccme.bootstrap.EFFECT_TEST_TARGET)")
     parser.add_argument("--defaults", action="store_true",
-                        help="size, power: fit with ccme's defaults (tuning, default propensity) instead of "
-                             "tune='none' and a logistic propensity")
+                        help="fit with ccme's defaults (tuning, default propensity) instead of tune='none' and a "
+                             "logistic propensity (a forest for 'bands')")
+    parser.add_argument("--test-penalty", default=None, choices=["correction", "plugin", "none"],
+                        help="the penalty a split fold-arm's parts share in the tests (default "
+                             "ccme.bootstrap.EFFECT_TEST_PENALTY; 'none': the fit's split, the construction before)")
     parser.add_argument("--v", default="x1", choices=["x1", "x2", "x3"],
                         help="size: the covariate in V (default x1; x2 puts a confounder inside V)")
     parser.add_argument("--scale", type=float, default=1.5,
@@ -250,6 +262,8 @@ def main(argv=None):
         ccme.bootstrap.EFFECT_TEST_TARGET = args.test_target
     if args.test_leverage is not None:
         ccme.bootstrap.EFFECT_TEST_LEVERAGE = args.test_leverage
+    if args.test_penalty is not None:
+        ccme.bootstrap.EFFECT_TEST_PENALTY = None if args.test_penalty == "none" else args.test_penalty
     if args.part == "size":
         settings = [dict(n=n, scale=1.0, reps=args.reps or 200, v=args.v, defaults=args.defaults)
                     for n in (args.n or (500, 1000))]
@@ -260,22 +274,23 @@ def main(argv=None):
         run = rejection_rates
     elif args.part == "shift":
         # a location shift of one outcome-SD given V (sd(Y⁰ | x1) = √2): the issue's power target at n = 2000
-        settings = [dict(n=n, scale=1.0, shift=float(np.sqrt(2.0)), reps=args.reps or 100)
+        settings = [dict(n=n, scale=1.0, shift=float(np.sqrt(2.0)), reps=args.reps or 100, defaults=args.defaults)
                     for n in (args.n or (500, 1000, 2000))]
         run = rejection_rates
     elif args.part == "bands":
-        settings = [dict(n=n, reps=args.reps or 100, feature=f) for n in (args.n or (1000, 2000))
+        settings = [dict(n=n, reps=args.reps or 100, feature=f, defaults=args.defaults) for n in (args.n or (1000, 2000))
                     for f in ("density", "cdf")]
         run = band_coverage
     elif args.part == "effects":
-        settings = [dict(n=n, reps=args.reps or 100, scale=args.scale) for n in (args.n or (1000, 2000))]
+        settings = [dict(n=n, reps=args.reps or 100, scale=args.scale, defaults=args.defaults)
+                    for n in (args.n or (1000, 2000))]
         run = effect_coverage
     else:
         # size at the least favourable null (equal laws) and inside the null (a positive shift / a shift),
         # power against crossing CDFs (a wider treated law)
         cases = [("dominance", 1.0, 0.0), ("dominance", 1.0, 0.5), ("dominance", 2.0, 0.0),
                  ("location", 1.0, 1.0), ("location", 2.0, 0.0)]
-        settings = [dict(n=n, reps=args.reps or 100, hypothesis=h, scale=s, shift=d)
+        settings = [dict(n=n, reps=args.reps or 100, hypothesis=h, scale=s, shift=d, defaults=args.defaults)
                     for n in (args.n or (1000,)) for h, s, d in cases]
         run = shape_rejections
     if args.location is not None:
@@ -288,6 +303,7 @@ def main(argv=None):
         out["seconds"] = round(time.time() - start, 1)
         out["effect_test_leverage"] = ccme.bootstrap.EFFECT_TEST_LEVERAGE
         out["effect_test_target"] = ccme.bootstrap.EFFECT_TEST_TARGET
+        out["effect_test_penalty"] = ccme.bootstrap.EFFECT_TEST_PENALTY
         out["reverse_interval_effects"] = list(ccme.bootstrap.REVERSE_INTERVAL_EFFECTS)
         print(json.dumps(out), flush=True)
     return 0

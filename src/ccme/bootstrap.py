@@ -102,11 +102,13 @@ correction: its residuals are e_i / √(1 − H_ii) (HC2,
 test rejected 20.6% of true nulls at the 5% level at n = 40 and 8.4% at
 n = 100 (6.6% and 4.2% with HC2; leave-one-out residuals, HC3, 0.5% and
 0%).  ``benchmarks/calibration.py`` measures its size and power.  The
-cancellation needs both arms fitted with the same hyperparameters
-(``tune="none"``, where every size above was measured); a tuned fit's arms
-have their own, and there the plain test rejected 25–39% of true nulls at
-the 5% level, the bias-reduced construction 3%
-(:data:`EFFECT_TEST_TARGET`, not yet the default).
+cancellation needs each arm's estimate to be one smoother of its
+pseudo-outcome.  The tuned defaults split the doubly robust fold-arm (the
+correction at λ₁, the plug-in part at λ₁ᵖ), which leaves each arm a bias
+from its own first stage; the tests of equal laws (no effect, dominance,
+location shift) therefore smooth both parts at λ₁ (:func:`_one_penalty_parts`,
+:data:`EFFECT_TEST_PENALTY`): with the split the test of no effect rejected
+25–40% of true nulls at the 5% level (n = 100–400).
 
 Covariates the tuning dropped.  The per-group search of ``tune="auto"`` may
 drop a V covariate whose effect is small next to the pseudo-outcomes' noise;
@@ -182,7 +184,7 @@ from .tuning import ARD_LOG2_RANGE
 __all__ = ["Bands", "EffectTest", "bands", "check_target", "qte_bands", "test_effect", "iterated_tikhonov",
            "simultaneous_v_factor", "STATISTICS", "BAND_ORDER", "BAND_TARGETS", "REFIT_NOTE", "SD_FLOOR",
            "SIMULTANEOUS_PENALTY", "SIMULTANEOUS_UNDERSMOOTHING", "LEVERAGE_CORRECTION", "LEVERAGE_POINTWISE",
-           "EFFECT_TEST_LEVERAGE",
+           "EFFECT_TEST_LEVERAGE", "EFFECT_TEST_PENALTY", "EFFECT_TEST_TARGET",
            "RESTORE_FACTOR", "RESTORE_NOTE", "UNION_FIT_BAND", "VARIANCE_WINDOW", "dropped_v_groups", "restore_note",
            "restored_v_bandwidths", "variance_window", "warn_caveat", "EFFECT_SMALL_SAMPLE", "SMALL_SAMPLE_EFFECTS",
            "Interval", "effect_intervals", "satterthwaite_df", "unit_contributions"]
@@ -204,12 +206,13 @@ LEVERAGE_POINTWISE = 0.0
 EFFECT_TEST_LEVERAGE = 0.5
 #: The construction of the test of no effect's terms (:data:`BAND_TARGETS`): "regularised" (plain, first stage
 #: fixed) or "smoothed" (bias-reduced as the bands: iterated Tikhonov, first-stage influence).  The plain one assumes
-#: the arms' ridge biases cancel under the null, true when both arms share their hyperparameters (``tune="none"``,
-#: where it was calibrated, README "Small arms").  Measured with ccme's tuned defaults (``benchmarks/calibration.py
-#: size --defaults``): the plain test rejected a true null 25% (n = 100) and 39% (n = 400) of the time at 5%, the
-#: bias-reduced one 3% and 3% (HC2 residuals; 3% and 3% without), but 0.3-1.7% with ``tune="none"`` and power 2%
-#: there against a 1.5 times wider law at n = 400 (16% with the defaults).  Not yet the default: see the README.
+#: the arms' ridge biases cancel under the null, true when both arms' estimates are one smoother of their
+#: pseudo-outcomes (:data:`EFFECT_TEST_PENALTY`).  The bias-reduced one was conservative with ``tune="none"``
+#: (0.3-1.7% at the 5% level, n = 40-400; power 2% against a 1.5 times wider law at n = 400; README "Small arms").
 EFFECT_TEST_TARGET = "regularised"
+#: Which penalty both parts of a split doubly robust fold-arm share in the test of no effect
+#: (:func:`_one_penalty_parts`): "correction" (λ₁), "plugin" (λ₁ᵖ) or None (the fit's split).
+EFFECT_TEST_PENALTY = "correction"
 #: γ of the simultaneous bands' V bandwidths, h · n^(−γ) (:func:`simultaneous_v_factor`).
 SIMULTANEOUS_UNDERSMOOTHING = 1 / 11
 #: Floor of the simultaneous bands' studentisation, a fraction of the V-point's largest standard error.
@@ -539,9 +542,54 @@ def _second_stages(res, arm: int, restore, cache: dict | None) -> list:
     return parts
 
 
+def _one_penalty_parts(res, arm: int, restore, cache: dict | None) -> list:
+    """The fit's per-fold terms with both parts of a split fold-arm smoothed at one penalty (:data:`EFFECT_TEST_PENALTY`).
+
+    A split fold-arm (:class:`ccme.estimators.base.SplitSecondStage`) smooths
+    the correction at λ₁ and the plug-in part μ̂_a(X_i) at λ₁ᵖ.  Its bias in V
+    is then (H(λ₁ᵖ) − H(λ₁)) E[μ̂_a(X) − μ_a(X) | V] besides the ridge's own:
+    the correction no longer removes the first stage's error.  The arms'
+    first stages are fitted on different units, so under the null these
+    biases differ between the arms and the test of no effect, which assumes
+    they cancel, rejects too often (40% at the 5% level, n = 400, README
+    "Small arms").  With one penalty for both parts each arm's estimate is one
+    ridge smoother applied to its doubly robust pseudo-outcome, and the same
+    smoother for both arms: the smoothing biases cancel under the null and
+    the first stage's errors enter only through products.  The other term is
+    refitted (:meth:`~ccme.estimators.base.LinearSecondStage.undersmoothed`
+    with the penalties' ratio); a fold-arm that cannot be refitted (a second
+    stage without a V kernel) keeps its split.
+    """
+    parts = _second_stages(res, arm, restore, cache)
+    penalty = res.params.get("lam1_plugin") if EFFECT_TEST_PENALTY else None
+    if not penalty or penalty.get(arm) is None:
+        return parts
+    key = ("split parts at one penalty", arm, EFFECT_TEST_PENALTY, restore is None)
+    if cache is not None and key in cache:
+        return cache[key]
+    lam1, lam1_plugin = float(res.params["lam1"][arm]), float(penalty[arm])
+    V, n_threads = res.design.V, res.embeddings[arm].n_threads
+    out = []
+    for terms in parts:
+        if len(terms) != 2:  # one fold-arm of one penalty (a fold without the arm's units: the plug-in part alone)
+            out.append(terms)
+            continue
+        correction, plugin = terms
+        V_units = V[correction.units]
+        if EFFECT_TEST_PENALTY == "correction":
+            refit = plugin.undersmoothed(1.0, lam1 / lam1_plugin, V_units, n_threads, cache)
+            out.append(terms if refit is None else (correction, refit))
+        else:
+            refit = correction.undersmoothed(1.0, lam1_plugin / lam1, V_units, n_threads, cache)
+            out.append(terms if refit is None else (refit, plugin))
+    if cache is not None:
+        cache[key] = out
+    return out
+
+
 def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, first_stage: bool = False,
             parts: list | None = None, per_term: dict | None = None, features: dict | None = None,
-            leverage: float = 0.0, cache: dict | None = None, restore=None) -> list:
+            leverage: float = 0.0, cache: dict | None = None, restore=None, one_penalty: bool = False) -> list:
     """The :class:`_Linear` terms of arm's estimate at the V-points for a feature at ``points``.
 
     ``parts``: the per-fold terms (default :func:`_second_stages`: the fit's,
@@ -553,12 +601,15 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     second stage (:func:`_undersmoothed_parts`) shares with the fit;
     ``leverage``: κ of the residuals e_i / (1 − H_ii)^κ; ``cache``: the
     per-call dict in which the fold-arms keep what their first stage gives
-    every term alike (:meth:`ccme.estimators.base.LinearSecondStage.unit_features`).
+    every term alike (:meth:`ccme.estimators.base.LinearSecondStage.unit_features`);
+    ``one_penalty``: a split fold-arm's parts at one penalty (:func:`_one_penalty_parts`).
     """
     if res.embeddings[arm].location is not None:
         return [_located_linear(res, arm, V, points, feature, kernel, order=order, first_stage=first_stage,
-                                parts=parts, per_term=per_term, leverage=leverage, cache=cache, restore=restore)]
-    parts = _second_stages(res, arm, restore, cache) if parts is None else parts
+                                parts=parts, per_term=per_term, leverage=leverage, cache=cache, restore=restore,
+                                one_penalty=one_penalty)]
+    if parts is None:
+        parts = _one_penalty_parts(res, arm, restore, cache) if one_penalty else _second_stages(res, arm, restore, cache)
     per_term = {} if per_term is None else per_term
     features = {} if features is None else features
     n_threads = res.embeddings[arm].n_threads
@@ -1385,6 +1436,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed,
         raise ParameterError(f"`statistic` must be one of {list(STATISTICS)}; got {statistic!r}")
     g = _multipliers(res.n, n_boot, seed)
     how = {**_bias_reduction(EFFECT_TEST_TARGET, res), "leverage": EFFECT_TEST_LEVERAGE, "per_term": {}, "cache": {}}
+    how["one_penalty"] = bool(EFFECT_TEST_PENALTY)
     if statistic == "mmd":
         if res.design.Y.shape[1] != 1:
             raise DataError(
@@ -1763,8 +1815,11 @@ def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed,
     # with one kernel keeps both hypotheses (a convolution preserves dominance and location shifts), and the size
     # and power of the tests were measured with this kernel.
     kernels = {arm: res.embeddings[role[arm]].y_kernel for arm in (1, 0)}
-    lin = {arm: _linear(res, role[arm], V, grid[:, None], "cdf", kernels[arm]) for arm in (1, 0)}
-    lin_m = {arm: _linear(res, role[arm], V, np.zeros((0, 1)), "moments", Kernel("gaussian", (1.0,)))
+    # Both tests' nulls equate the arms' laws (up to a shift): the arms' smoothing biases must cancel, so a split
+    # fold-arm's parts share one penalty, as in test_effect (_one_penalty_parts).
+    how = {"one_penalty": bool(EFFECT_TEST_PENALTY), "cache": {}}
+    lin = {arm: _linear(res, role[arm], V, grid[:, None], "cdf", kernels[arm], **how) for arm in (1, 0)}
+    lin_m = {arm: _linear(res, role[arm], V, np.zeros((0, 1)), "moments", Kernel("gaussian", (1.0,)), **how)
              for arm in (1, 0)}
     raw = {arm: sum(p.estimate() for p in lin[arm]) for arm in (1, 0)}
     mom = {arm: sum(p.estimate() for p in lin_m[arm]) for arm in (1, 0)}
