@@ -244,6 +244,9 @@ def main(argv=None):
     parser.add_argument("--defaults", action="store_true",
                         help="fit with ccme's defaults (tuning, default propensity) instead of tune='none' and a "
                              "logistic propensity (a forest for 'bands')")
+    parser.add_argument("--test-first-stage", default=None, choices=["yes", "no"],
+                        help="whether the tests perturb the first stage too (default "
+                             "ccme.bootstrap.EFFECT_TEST_FIRST_STAGE; 'no': the construction before)")
     parser.add_argument("--test-penalty", default=None, choices=["correction", "plugin", "none"],
                         help="the penalty a split fold-arm's parts share in the tests (default "
                              "ccme.bootstrap.EFFECT_TEST_PENALTY; 'none': the fit's split, the construction before)")
@@ -262,6 +265,8 @@ def main(argv=None):
         ccme.bootstrap.EFFECT_TEST_TARGET = args.test_target
     if args.test_leverage is not None:
         ccme.bootstrap.EFFECT_TEST_LEVERAGE = args.test_leverage
+    if args.test_first_stage is not None:
+        ccme.bootstrap.EFFECT_TEST_FIRST_STAGE = args.test_first_stage == "yes"
     if args.test_penalty is not None:
         ccme.bootstrap.EFFECT_TEST_PENALTY = None if args.test_penalty == "none" else args.test_penalty
     if args.part == "size":
@@ -304,6 +309,7 @@ def main(argv=None):
         out["effect_test_leverage"] = ccme.bootstrap.EFFECT_TEST_LEVERAGE
         out["effect_test_target"] = ccme.bootstrap.EFFECT_TEST_TARGET
         out["effect_test_penalty"] = ccme.bootstrap.EFFECT_TEST_PENALTY
+        out["effect_test_first_stage"] = ccme.bootstrap.EFFECT_TEST_FIRST_STAGE
         out["reverse_interval_effects"] = list(ccme.bootstrap.REVERSE_INTERVAL_EFFECTS)
         print(json.dumps(out), flush=True)
     return 0

@@ -284,7 +284,9 @@ def test_effect_calibration_small():
 def _hand_effect_test(res, V, n_boot, seed, kappa):
     """The MMD test of no effect built by hand: residual features e_i / (1 − H_ii)^κ, the same multipliers.
 
-    Returns the statistics T(v), the draws T*(v) (n_v, n_boot), the p-values and the global p-value.
+    The first stage's influence terms (``EFFECT_TEST_FIRST_STAGE``) are
+    perturbed as they come, without a leverage.  Returns the statistics
+    T(v), the draws T*(v) (n_v, n_boot), the p-values and the global p-value.
     """
     t, w, s = bootstrap._mmd_grid(res)
     kernel = bootstrap.Kernel("gaussian", (s,))
@@ -293,11 +295,13 @@ def _hand_effect_test(res, V, n_boot, seed, kappa):
     observed = 0.0
     for arm, sign in ((1, 1.0), (0, -1.0)):
         parts = bootstrap._second_stages(res, arm, None, {})
-        terms = bootstrap._linear(res, arm, V, t[:, None], "density", kernel, parts=parts)  # κ = 0
-        h = [part.leverages(1) for fold in parts for part in fold]  # the hat matrices' diagonals, per term
-        assert len(h) == len(terms) and all(np.all((x > 0) & (x < 1)) for x in h)
+        terms = bootstrap._linear(res, arm, V, t[:, None], "density", kernel, parts=parts,
+                                  first_stage=bootstrap.EFFECT_TEST_FIRST_STAGE)  # κ = 0
+        h = iter([part.leverages(1) for fold in parts for part in fold])  # the hat matrices' diagonals, per term
         observed = observed + sign * sum(term.estimate() for term in terms)
-        for term, lev in zip(terms, h):
+        for term in terms:
+            lev = next(h) if term.P is not None else np.zeros(len(term.units))  # a first-stage term: as it is
+            assert term.P is None or np.all((lev > 0) & (lev < 1))
             R = term.R / (1.0 - lev)[:, None] ** kappa
             for e in range(len(V)):
                 draws[e] += sign * (g[term.units].T @ (term.beta[:, e : e + 1] * R))
