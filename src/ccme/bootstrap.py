@@ -1793,10 +1793,10 @@ def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed,
     Both work on the normalised CDFs F̂_a(y | v) of the two arms on a grid
     over the data (:data:`TEST_GRID` points, the margin of :mod:`ccme.grids`),
     both read out with one kernel (the wider of the arms' density kernels: a
-    common convolution preserves both hypotheses), the fit's parts at one
-    penalty and its first stage perturbed too (as :func:`test_effect`),
-    perturbed by the multiplier bootstrap of :func:`_linear` (one multiplier
-    per unit in both arms), as R's ``Counterfactual`` package tests these
+    common convolution preserves both hypotheses), and perturbed by the
+    multiplier bootstrap of :func:`_linear` (one multiplier per unit in both
+    arms; a split fit's parts at one penalty and the first stage perturbed
+    too, as in :func:`test_effect`), as R's ``Counterfactual`` package tests these
     hypotheses with its bootstrap of the counterfactual processes
     (Chernozhukov, Fernández-Val & Melly, 2013).
 
