@@ -1129,7 +1129,11 @@ class CCMEResult:
         whose correction and plug-in part have their own penalties (λ₁ and
         λ₁ᵖ, as the tuned defaults choose) is tested with both parts at λ₁
         (``ccme.bootstrap.EFFECT_TEST_PENALTY``; with the split the test
-        rejected 25–40% of true nulls at the 5% level, README "Small arms").
+        rejected 25–40% of true nulls at the 5% level, README "Small arms"),
+        and the draws perturb the first stage too
+        (``ccme.bootstrap.EFFECT_TEST_FIRST_STAGE``: the tuned first stage's
+        noise made it reject 14% at n = 1000; with it 4.0–4.5% at
+        n = 100–1000, and conservative with ``tune="none"``).
         Measured on simulated data by ``benchmarks/calibration.py``.  With a
         location stage (``fit(location=)``) the draws also move the mean
         model's coefficients (:class:`ccme.bootstrap._Located`; size:
