@@ -546,6 +546,14 @@ def test_tests_smooth_a_split_fit_at_one_penalty(monkeypatch, kind):
     monkeypatch.setattr(bootstrap, "EFFECT_TEST_PENALTY", None)
     before = run(split)
     assert not np.allclose(before.table["statistic"].to_numpy(), want.table["statistic"].to_numpy(), rtol=1e-3)
+    if kind == "effect":  # the other choice, both parts at λ₁ᵖ: the unsplit fit at λ₁ᵖ
+        monkeypatch.setattr(bootstrap, "EFFECT_TEST_PENALTY", "plugin")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            at_plugin = ccme.fit(SCALE_FORMULA, data, lam1=0.003, **common)
+        got, want = run(split), run(at_plugin)
+        np.testing.assert_allclose(got.table["statistic"].to_numpy(), want.table["statistic"].to_numpy(), rtol=1e-8)
+        np.testing.assert_array_equal(got.table["p_value"].to_numpy(), want.table["p_value"].to_numpy())
 
 
 @pytest.mark.parametrize("kind", ["dominance", "location"])

@@ -552,8 +552,8 @@ def _second_stages(res, arm: int, restore, cache: dict | None) -> list:
     return parts
 
 
-def _one_penalty_parts(res, arm: int, restore, cache: dict | None) -> list:
-    """The fit's per-fold terms with both parts of a split fold-arm smoothed at one penalty (:data:`EFFECT_TEST_PENALTY`).
+def _one_penalty_parts(res, arm: int, shared: str, restore, cache: dict | None) -> list:
+    """The fit's per-fold terms with both parts of a split fold-arm smoothed at one penalty, ``shared``'s.
 
     A split fold-arm (:class:`ccme.estimators.base.SplitSecondStage`) smooths
     the correction at λ₁ and the plug-in part μ̂_a(X_i) at λ₁ᵖ.  Its bias in V
@@ -568,30 +568,27 @@ def _one_penalty_parts(res, arm: int, restore, cache: dict | None) -> list:
     the first stage's errors enter only through products.  The other term is
     refitted (:meth:`~ccme.estimators.base.LinearSecondStage.undersmoothed`
     with the penalties' ratio); a fold-arm that cannot be refitted (a second
-    stage without a V kernel) keeps its split.
+    stage without a V kernel) keeps its split.  ``shared``: "correction"
+    (both at λ₁) or "plugin" (both at λ₁ᵖ), :data:`EFFECT_TEST_PENALTY`.
     """
     parts = _second_stages(res, arm, restore, cache)
-    penalty = res.params.get("lam1_plugin") if EFFECT_TEST_PENALTY else None
-    if not penalty or penalty.get(arm) is None:
+    plugin_penalty = (res.params.get("lam1_plugin") or {}).get(arm)
+    if plugin_penalty is None:
         return parts
-    key = ("split parts at one penalty", arm, EFFECT_TEST_PENALTY, restore is None)
+    key = ("split parts at one penalty", arm, shared, restore is None)
     if cache is not None and key in cache:
         return cache[key]
-    lam1, lam1_plugin = float(res.params["lam1"][arm]), float(penalty[arm])
+    # The factor by which the refitted part's penalty moves: to λ₁ (the plug-in part) or to λ₁ᵖ (the correction).
+    ratio = float(res.params["lam1"][arm]) / float(plugin_penalty)
+    refitted, factor = (1, ratio) if shared == "correction" else (0, 1.0 / ratio)
     V, n_threads = res.design.V, res.embeddings[arm].n_threads
     out = []
     for terms in parts:
         if len(terms) != 2:  # one fold-arm of one penalty (a fold without the arm's units: the plug-in part alone)
             out.append(terms)
             continue
-        correction, plugin = terms
-        V_units = V[correction.units]
-        if EFFECT_TEST_PENALTY == "correction":
-            refit = plugin.undersmoothed(1.0, lam1 / lam1_plugin, V_units, n_threads, cache)
-            out.append(terms if refit is None else (correction, refit))
-        else:
-            refit = correction.undersmoothed(1.0, lam1_plugin / lam1, V_units, n_threads, cache)
-            out.append(terms if refit is None else (refit, plugin))
+        refit = terms[refitted].undersmoothed(1.0, factor, V[terms[0].units], n_threads, cache)
+        out.append(terms if refit is None else tuple(refit if t == refitted else term for t, term in enumerate(terms)))
     if cache is not None:
         cache[key] = out
     return out
@@ -599,7 +596,7 @@ def _one_penalty_parts(res, arm: int, restore, cache: dict | None) -> list:
 
 def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, first_stage: bool = False,
             parts: list | None = None, per_term: dict | None = None, features: dict | None = None,
-            leverage: float = 0.0, cache: dict | None = None, restore=None, one_penalty: bool = False) -> list:
+            leverage: float = 0.0, cache: dict | None = None, restore=None, shared_penalty: str | None = None) -> list:
     """The :class:`_Linear` terms of arm's estimate at the V-points for a feature at ``points``.
 
     ``parts``: the per-fold terms (default :func:`_second_stages`: the fit's,
@@ -612,14 +609,15 @@ def _linear(res, arm, V, points, feature, kernel: Kernel, *, order: int = 1, fir
     ``leverage``: κ of the residuals e_i / (1 − H_ii)^κ; ``cache``: the
     per-call dict in which the fold-arms keep what their first stage gives
     every term alike (:meth:`ccme.estimators.base.LinearSecondStage.unit_features`);
-    ``one_penalty``: a split fold-arm's parts at one penalty (:func:`_one_penalty_parts`).
+    ``shared_penalty``: a split fold-arm's parts at that one penalty (:func:`_one_penalty_parts`).
     """
     if res.embeddings[arm].location is not None:
         return [_located_linear(res, arm, V, points, feature, kernel, order=order, first_stage=first_stage,
                                 parts=parts, per_term=per_term, leverage=leverage, cache=cache, restore=restore,
-                                one_penalty=one_penalty)]
+                                shared_penalty=shared_penalty)]
     if parts is None:
-        parts = _one_penalty_parts(res, arm, restore, cache) if one_penalty else _second_stages(res, arm, restore, cache)
+        parts = (_one_penalty_parts(res, arm, shared_penalty, restore, cache) if shared_penalty
+                 else _second_stages(res, arm, restore, cache))
     per_term = {} if per_term is None else per_term
     features = {} if features is None else features
     n_threads = res.embeddings[arm].n_threads
@@ -880,6 +878,17 @@ def _bias_reduction(target: str, res) -> dict:
     if target != "smoothed":
         return {}
     return {"order": BAND_ORDER, "first_stage": True, "restore": restored_v_bandwidths(res)}
+
+
+def _equal_laws(how: dict) -> dict:
+    """``how`` (:func:`_linear`'s options) for the tests of equal laws: one penalty, the first stage perturbed.
+
+    Under their nulls the arms' biases must cancel, so a split fit's parts
+    share one penalty (:data:`EFFECT_TEST_PENALTY`), and the first stage's
+    noise, which does not cancel, joins the draws (:data:`EFFECT_TEST_FIRST_STAGE`).
+    """
+    return {"cache": {}, **how, "shared_penalty": EFFECT_TEST_PENALTY,
+            "first_stage": how.get("first_stage", False) or EFFECT_TEST_FIRST_STAGE}
 
 
 def _multipliers(n: int, n_boot: int, seed) -> np.ndarray:
@@ -1445,9 +1454,7 @@ def test_effect(res, V: np.ndarray, index, *, statistic: str, n_boot: int, seed,
     if statistic not in STATISTICS:
         raise ParameterError(f"`statistic` must be one of {list(STATISTICS)}; got {statistic!r}")
     g = _multipliers(res.n, n_boot, seed)
-    how = {**_bias_reduction(EFFECT_TEST_TARGET, res), "leverage": EFFECT_TEST_LEVERAGE, "per_term": {}, "cache": {}}
-    how["one_penalty"] = bool(EFFECT_TEST_PENALTY)
-    how["first_stage"] = how.get("first_stage", False) or EFFECT_TEST_FIRST_STAGE
+    how = _equal_laws({**_bias_reduction(EFFECT_TEST_TARGET, res), "leverage": EFFECT_TEST_LEVERAGE, "per_term": {}})
     if statistic == "mmd":
         if res.design.Y.shape[1] != 1:
             raise DataError(
@@ -1830,11 +1837,8 @@ def shape_test(res, V: np.ndarray, index, *, hypothesis: str, n_boot: int, seed,
     # preserves dominance and location shifts); the tuned arms' own kernels differ (0.72 and 0.52 on one null data
     # set), and with them the location-shift test rejected 17% of true nulls at the 5% level (README, "Small arms").
     kernel = max((res.embeddings[role[arm]].y_kernel for arm in (1, 0)), key=lambda k: float(k.bandwidth_array[0]))
-    kernels = {arm: kernel for arm in (1, 0)}
-    # Both tests' nulls equate the arms' laws (up to a shift): the arms' smoothing biases must cancel, so a split
-    # fold-arm's parts share one penalty, as in test_effect (_one_penalty_parts).
-    how = {"one_penalty": bool(EFFECT_TEST_PENALTY), "first_stage": EFFECT_TEST_FIRST_STAGE, "cache": {}}
-    lin = {arm: _linear(res, role[arm], V, grid[:, None], "cdf", kernels[arm], **how) for arm in (1, 0)}
+    how = _equal_laws({})  # both nulls equate the arms' laws (up to a shift), as test_effect's
+    lin = {arm: _linear(res, role[arm], V, grid[:, None], "cdf", kernel, **how) for arm in (1, 0)}
     lin_m = {arm: _linear(res, role[arm], V, np.zeros((0, 1)), "moments", Kernel("gaussian", (1.0,)), **how)
              for arm in (1, 0)}
     raw = {arm: sum(p.estimate() for p in lin[arm]) for arm in (1, 0)}
