@@ -64,11 +64,16 @@ def scale_data(n: int, scale: float, seed, shift: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame({"y": y, "a": a, "x1": X[:, 0], "x2": X[:, 1], "x3": X[:, 2]})
 
 
+#: Options every fit of a run adds (``--first-stage``).
+FIT_EXTRA: dict = {}
+
+
 def fit_options(defaults: bool, location=None, propensity: str = "logistic") -> dict:
-    """ccme.fit's options: a user's (tuning, default propensity) if ``defaults``, else ``tune="none"`` and ``propensity``."""
+    """ccme.fit's options: a user's (tuning, default propensity) if ``defaults``, else ``tune="none"`` and ``propensity``;
+    plus :data:`FIT_EXTRA`."""
     if defaults:
-        return {"location": location}
-    return {"propensity": propensity, "tune": "none", "location": location}
+        return {"location": location, **FIT_EXTRA}
+    return {"propensity": propensity, "tune": "none", "location": location, **FIT_EXTRA}
 
 
 def rejection_rates(n: int, scale: float, reps: int, *, n_boot: int = 199, n_global: int = 20, seed0: int = 0,
@@ -258,7 +263,11 @@ def main(argv=None):
                         help="effects: comma-separated effects with reverse-percentile intervals (default "
                              "ccme.bootstrap.REVERSE_INTERVAL_EFFECTS; '' for every interval symmetric, the "
                              "construction before)")
+    parser.add_argument("--first-stage", default=None, choices=["kernel", "forest", "auto"],
+                        help="fit(first_stage=...): the ridge's first stage (default: ccme's, the kernel ridge)")
     args = parser.parse_args(argv)
+    if args.first_stage is not None:
+        FIT_EXTRA["first_stage"] = args.first_stage
     if args.reverse_effects is not None:
         ccme.bootstrap.REVERSE_INTERVAL_EFFECTS = tuple(t for t in args.reverse_effects.split(",") if t)
     if args.test_target is not None:
@@ -311,6 +320,8 @@ def main(argv=None):
         out["effect_test_penalty"] = ccme.bootstrap.EFFECT_TEST_PENALTY
         out["effect_test_first_stage"] = ccme.bootstrap.EFFECT_TEST_FIRST_STAGE
         out["reverse_interval_effects"] = list(ccme.bootstrap.REVERSE_INTERVAL_EFFECTS)
+        if FIT_EXTRA:
+            out["fit_extra"] = dict(FIT_EXTRA)
         print(json.dumps(out), flush=True)
     return 0
 

@@ -164,6 +164,46 @@ def test_fold_arm_agrees_with_its_numpy_twin(data, mode):
     np.testing.assert_allclose(mom[:, 1], c.T @ atoms[:, 0], rtol=1e-8, atol=1e-8)
 
 
+def test_first_stage_influence_agrees_with_its_numpy_twin(data):
+    """W(v) = Wᵀ(b ∘ β(v)), the atoms' first-stage weights; residuals φ(Y0) − W0 φ(Y0) with W0 out-of-bag."""
+    res = ccme.fit(FORMULA, data, propensity="forest", seed=3, first_stage="forest", forest=SMALL_FOREST,
+                   tune="none")
+    kernel = res.kernels["y"]
+    points = np.linspace(-10, 30, 9)[:, None]
+    for part in res.embedding(1).parts:
+        W0 = part.W0.toarray()
+        m = len(part.Y0)
+        assert W0.shape == (m, m) and np.all(W0 >= 0) and np.all(np.diag(W0) == 0)
+        sums = W0.sum(axis=1)
+        np.testing.assert_allclose(sums[sums > 0], 1.0, atol=1e-12)
+        beta, c, _ = _twin_density(part, res.design.V[:5], points, kernel)
+        F0 = twins.atom_features(part.Y0, points, "density", kernel.name, kernel.bandwidth_array)
+        got = part.first_stage_influence(part.beta(res.design.V[:5]), points, "density", kernel)
+        np.testing.assert_allclose(got.weights, c[len(part.Y1):], rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(got.residuals, (sums > 0)[:, None] * (F0 - W0 @ F0), rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(got.units, part.atom_units[len(part.Y1):])
+    pi = ccme.fit(FORMULA, data, propensity="forest", seed=3, mode="ipw", tune="none")
+    assert pi.embedding(1).parts[0].first_stage_influence(beta, points, "density", kernel) is None
+
+
+@pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
+def test_the_tests_perturb_the_forest_first_stage(data, monkeypatch):
+    """With EFFECT_TEST_FIRST_STAGE the forest's out-of-bag residuals enter the draws, as the kernel ridge's do:
+    the same statistics, larger p-values (a treatment drawn independently of everything: no effect)."""
+    import ccme.bootstrap
+
+    null = data.assign(a=np.random.default_rng(0).permutation(data["a"].to_numpy()))
+    res = ccme.fit(FORMULA, null, propensity="forest", seed=3, first_stage="forest", forest=SMALL_FOREST,
+                   tune="none")
+    profiles = res.profiles()
+    with_first = res.test_effect(newdata=profiles, n_boot=99, seed=1)
+    monkeypatch.setattr(ccme.bootstrap, "EFFECT_TEST_FIRST_STAGE", False)
+    without = res.test_effect(newdata=profiles, n_boot=99, seed=1)
+    np.testing.assert_array_equal(with_first.table["statistic"], without.table["statistic"])
+    assert with_first.p_value > without.p_value
+    assert with_first.table["p_value"].mean() > without.table["p_value"].mean()
+
+
 @pytest.mark.filterwarnings("ignore:the smaller arm compared:ccme.CcmeWarning")  # small data: the calibration caveat
 def test_bootstrap_runs_on_the_forest_first_stage(forest_fit):
     profiles = forest_fit.profiles()
@@ -185,6 +225,19 @@ def test_save_load_is_bit_identical(forest_fit):
         assert forest_fit.cdf(grid, arm=arm).tobytes() == loaded.cdf(grid, arm=arm).tobytes()
     assert str(forest_fit.summary()) == str(loaded.summary())
     assert loaded.tuning.chosen["first_stage"] == {1: "forest", 0: "forest"}
+    for mine, theirs in zip(forest_fit.embedding(0).parts, loaded.embedding(0).parts):
+        assert (mine.W0 != theirs.W0).nnz == 0 and mine.W0.shape == theirs.W0.shape
+
+
+def test_a_version_1_state_loads_with_the_first_stage_held_fixed(forest_fit):
+    part = forest_fit.embedding(1).parts[0]
+    state = {k: v for k, v in part.to_state().items() if not k.startswith("W0_")}
+    old = ForestRidgeFoldArm.from_state(dict(state, version=1))
+    assert old.W0 is None
+    points = np.linspace(-10, 30, 5)[:, None]
+    beta = part.beta(part.V1[:3])
+    assert old.first_stage_influence(beta, points, "density", forest_fit.kernels["y"]) is None
+    assert part.first_stage_influence(beta, points, "density", forest_fit.kernels["y"]) is not None
 
 
 def test_thread_count_changes_nothing(data):
@@ -258,5 +311,7 @@ def test_a_damaged_state_is_a_format_error(forest_fit):
     bad = dict(state, W_indices=state["W_indices"] + len(state["Y0"]))
     with pytest.raises(FormatError, match="sparse"):
         ForestRidgeFoldArm.from_state(bad)
+    with pytest.raises(FormatError, match="out-of-bag weights"):
+        ForestRidgeFoldArm.from_state(dict(state, W0_indptr=state["W0_indptr"][:-1]))
     with pytest.raises(FormatError, match="version"):
         ForestRidgeFoldArm.from_state(dict(state, version=99))

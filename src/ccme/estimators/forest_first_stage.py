@@ -24,7 +24,11 @@ W (n_target × m) the forest weights of the second-stage rows, held as a
 sparse CSR matrix (about T · |leaf| entries per row, never n × m dense).
 Every functional of :class:`ccme.Embedding`, the multiplier bootstrap
 (:class:`ForestRidgeFoldArm` implements ``LinearSecondStage``), the tuning of
-λ₁ and of the read-out bandwidth, and save/load work on it unchanged.
+λ₁ and of the read-out bandwidth, and save/load work on it unchanged.  The
+bootstrap's first-stage term (the tests of equal laws, the bias-reduced bands
+and intervals) perturbs the forest's out-of-bag residuals φ(Y0_l) − Σ_j
+w^OOB_j(X0_l) φ(Y0_j), the forest's leave-one-out residuals, with the trees
+held fixed (:meth:`ForestRidgeFoldArm.first_stage_influence`).
 
 The forest
 ----------
@@ -286,6 +290,9 @@ class ForestFirstStage:
         Units the out-of-bag error averages over.
     seed : int
         The forest's ``random_state``.
+    W_oob : scipy.sparse.csr_matrix (m, m) or None
+        Out-of-bag weights among the forest's own units (:func:`oob_weights`; a zero row for a unit that no
+        tree left out), for the first stage's residuals in the bootstrap (:meth:`ForestRidgeFoldArm.first_stage_influence`).
     """
 
     rows0: np.ndarray
@@ -293,6 +300,7 @@ class ForestFirstStage:
     oob_error: float = float("nan")
     oob_units: int = 0
     seed: int = 0
+    W_oob: sp.csr_matrix | None = None
 
 
 def grow_forest_first_stage(X0, Y0, X_target, *, settings, seed: int, n_threads: int = 0, rows0=None,
@@ -311,14 +319,14 @@ def grow_forest_first_stage(X0, Y0, X_target, *, settings, seed: int, n_threads:
     train_cols, n_cols = _leaf_columns(forest, X0, n_threads)
     eval_cols, _ = _leaf_columns(forest, X_target, n_threads)
     W = forest_weights(train_cols, eval_cols, n_cols)
+    W_oob, valid = oob_weights(forest, train_cols, n_cols)
     error, units = float("nan"), 0
     if G0 is not None:
-        W_oob, valid = oob_weights(forest, train_cols, n_cols)
         residual = G0 - W_oob @ G0
         units = int(valid.sum())
         error = float(np.sum(residual[valid] ** 2) / units) if units else float("nan")
     rows0 = np.arange(len(X0)) if rows0 is None else np.asarray(rows0)
-    return ForestFirstStage(rows0=rows0, W=W, oob_error=error, oob_units=units, seed=int(seed))
+    return ForestFirstStage(rows0=rows0, W=W, oob_error=error, oob_units=units, seed=int(seed), W_oob=_compact(W_oob))
 
 
 # ---------------------------------------------------------------------------
@@ -348,6 +356,10 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
         The data row behind each atom (Y1's rows, then Y0's).
     forest : dict
         The forest's settings, seed and out-of-bag error (for the summary).
+    W0 : scipy.sparse.csr_matrix (m, m) or None
+        Out-of-bag forest weights among the forest's units (:func:`oob_weights`): the first stage's
+        out-of-bag residuals φ(Y0) − W0 φ(Y0), which the bootstrap perturbs
+        (:meth:`first_stage_influence`); None (a fold-arm saved before they were kept): the first stage held fixed.
     """
 
     L_V: np.ndarray
@@ -361,12 +373,15 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
     jitter: dict = field(default_factory=dict)
     atom_units: np.ndarray | None = None
     forest: dict = field(default_factory=dict)
+    W0: sp.csr_matrix | None = None
     _core: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         n, m = len(self.Y1), len(self.Y0)
         if self.W.shape != (n, m):
             raise ValueError(f"the forest weights have shape {self.W.shape}, expected ({n}, {m})")
+        if self.W0 is not None and self.W0.shape != (m, m):
+            raise ValueError(f"the out-of-bag weights have shape {self.W0.shape}, expected ({m}, {m})")
         # The compiled second stage without a first stage: β(v) (weights-only arm).
         object.__setattr__(self, "_core", _backend.RidgeArmCore(
             L_V=self.L_V, V1=self.V1, v_kernel=self.v_kernel.name, v_bandwidth=self.v_kernel.bandwidth_array,
@@ -406,6 +421,30 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
             F0 = _backend.atom_features(self.Y0, points, feature, name, bw, n_threads)
             first = np.asarray(self.W @ F0)
         return self.pseudo.features(own, first)
+
+    def first_stage_influence(self, beta, points, feature: str, kernel: Kernel, n_threads: int = 0, cache=None):
+        """W(v) = Wᵀ (b ∘ β(v)) and the features of the out-of-bag residuals φ(Y0_l) − Σ_j W0_lj φ(Y0_j).
+
+        The forest's embedding μ̂₀(x) = Σ_l w_l(x) φ(Y0_l) is linear in the
+        first-stage outcomes for the grown trees
+        (:meth:`ccme.estimators.base.LinearSecondStage.first_stage_influence`),
+        so W(v) is the atoms' first-stage weights c0(v) of :meth:`weights`.
+        The noise ε0_l is estimated by the out-of-bag residual, the forest's
+        analogue of a leave-one-out residual: the in-sample weights put about
+        1/|leaf| on the unit itself and shrink its residual.  A unit that no
+        tree left out (all of them drew it: rare with 200 trees) contributes no
+        residual.  The trees' dependence on the outcomes (the splits) is held
+        fixed.  None without a first stage, or for a fold-arm stored without W0.
+        """
+        if not self.pseudo.has_first_stage or self.W0 is None or self.atom_units is None:
+            return None
+        from .base import FirstStageInfluence
+
+        F0 = _backend.atom_features(self.Y0, points, feature, kernel.name, kernel.bandwidth_array, n_threads)
+        covered = np.asarray(self.W0.sum(axis=1)).ravel() > 0
+        residuals = np.where(covered[:, None], F0 - np.asarray(self.W0 @ F0), 0.0)
+        weights = np.asarray(self.W.T @ (self.b[:, None] * beta))
+        return FirstStageInfluence(units=self.atom_units[len(self.Y1):], weights=weights, residuals=residuals)
 
     def contract(self, V_eval, points, feature, y_kernel: Kernel, out, scale: float, n_threads: int = 0):
         """``out += scale × β(V)ᵀ P`` with P the unit features, in the cheaper association order, in blocks.
@@ -447,32 +486,36 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
                     out[e0:e0 + step, cols] += scale * (beta.T @ P)
 
     # -- state ----------------------------------------------------------------
+    #: Version 2 adds the out-of-bag weights W0 (None: a version-1 state, the first stage then held fixed).
     STATE_SCHEMA = "ccme.ForestRidgeFoldArm"
-    STATE_VERSION = 1
+    STATE_VERSION = 2
     _ARRAYS = ("L_V", "V1", "Y1", "Y0", "atom_units")
 
     def to_state(self) -> dict:
-        """The fitted fold-arm as a versioned state for :mod:`ccme.io` (W as its CSR arrays)."""
+        """The fitted fold-arm as a versioned state for :mod:`ccme.io` (W and W0 as their CSR arrays)."""
         from ..io import make_state
 
         forest = {k: v for k, v in self.forest.items()}
         return make_state(self.STATE_SCHEMA, self.STATE_VERSION,
                           **{name: getattr(self, name) for name in self._ARRAYS},
-                          W_data=self.W.data, W_indices=self.W.indices, W_indptr=self.W.indptr,
+                          **_csr_to_state("W", self.W), **_csr_to_state("W0", self.W0),
                           v_kernel=self.v_kernel.to_state(), rows=self.pseudo.rows, a=self.pseudo.a,
                           b=self.pseudo.b, shift=float(self.shift),
                           jitter={k: float(v) for k, v in self.jitter.items()}, forest=forest)
 
     @classmethod
     def from_state(cls, state) -> "ForestRidgeFoldArm":
-        """Inverse of :meth:`to_state`; every array checked for its type and shape, W for a valid CSR structure."""
+        """Inverse of :meth:`to_state`; every array checked for its type and shape, W and W0 for a valid CSR structure."""
         from ..errors import FormatError
         from ..io import check_schema
 
-        check_schema(state, cls.STATE_SCHEMA, cls.STATE_VERSION,
-                     keys=(*cls._ARRAYS, "W_data", "W_indices", "W_indptr", "v_kernel", "rows", "a", "b", "shift",
-                           "jitter", "forest"))
-        for name in (*cls._ARRAYS, "W_data", "W_indices", "W_indptr", "rows", "a", "b"):
+        keys = {1: (*cls._ARRAYS, "W_data", "W_indices", "W_indptr", "v_kernel", "rows", "a", "b", "shift",
+                    "jitter", "forest")}
+        keys[2] = (*keys[1], "W0_data", "W0_indices", "W0_indptr")
+        stored = state.get("version") if isinstance(state, dict) else None
+        version = check_schema(state, cls.STATE_SCHEMA, range(1, cls.STATE_VERSION + 1),
+                               keys=keys.get(stored, keys[cls.STATE_VERSION]))
+        for name in (*cls._ARRAYS, "rows", "a", "b"):
             if not isinstance(state[name], np.ndarray):
                 raise FormatError(f"the stored forest fold-arm's {name} is not an array")
         if not isinstance(state["forest"], dict) or not isinstance(state["jitter"], dict):
@@ -481,17 +524,35 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
         if state["L_V"].shape != (n, n) or len(state["V1"]) != n or len(state["Y1"]) != n or \
                 len(state["a"]) != n or len(state["b"]) != n:
             raise FormatError("the stored forest fold-arm's second-stage arrays disagree in size")
-        data, indices, indptr = state["W_data"], state["W_indices"], state["W_indptr"]
-        if (indptr.ndim != 1 or len(indptr) != n + 1 or indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu"
-                or data.dtype != np.float64 or indices.ndim != 1 or data.shape != indices.shape
-                or (n and (indptr[0] != 0 or indptr[-1] != len(data) or np.any(np.diff(indptr) < 0)))
-                or (len(indices) and (indices.min() < 0 or indices.max() >= m))):
-            raise FormatError("the stored forest fold-arm's weights are not a valid sparse matrix")
-        W = sp.csr_matrix((data, indices, indptr), shape=(n, m))
+        W = _csr_from_state(state, "W", (n, m), "weights")
+        W0 = _csr_from_state(state, "W0", (m, m), "out-of-bag weights", optional=True) if version >= 2 else None
         pseudo = PseudoOutcome(rows=state["rows"], a=state["a"], b=state["b"])
         return cls(L_V=state["L_V"], V1=state["V1"], v_kernel=Kernel.from_state(state["v_kernel"]), pseudo=pseudo,
                    Y1=state["Y1"], Y0=state["Y0"], W=W, shift=float(state["shift"]), jitter=dict(state["jitter"]),
-                   atom_units=state["atom_units"], forest=dict(state["forest"]))
+                   atom_units=state["atom_units"], forest=dict(state["forest"]), W0=W0)
+
+
+def _csr_to_state(name: str, W) -> dict:
+    """A CSR matrix (or None) as the state entries ``{name}_data``, ``{name}_indices``, ``{name}_indptr``."""
+    parts = (None, None, None) if W is None else (W.data, W.indices, W.indptr)
+    return dict(zip((f"{name}_data", f"{name}_indices", f"{name}_indptr"), parts))
+
+
+def _csr_from_state(state: dict, name: str, shape: tuple, what: str, optional: bool = False):
+    """Inverse of :func:`_csr_to_state`, checked: arrays of the right kinds forming a valid CSR of ``shape``."""
+    from ..errors import FormatError
+
+    data, indices, indptr = (state[f"{name}_{part}"] for part in ("data", "indices", "indptr"))
+    if optional and data is None and indices is None and indptr is None:
+        return None
+    n, m = shape
+    if not all(isinstance(x, np.ndarray) for x in (data, indices, indptr)) or (
+            indptr.ndim != 1 or len(indptr) != n + 1 or indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu"
+            or data.dtype != np.float64 or indices.ndim != 1 or data.shape != indices.shape
+            or (n and (indptr[0] != 0 or indptr[-1] != len(data) or np.any(np.diff(indptr) < 0)))
+            or (len(indices) and (indices.min() < 0 or indices.max() >= m))):
+        raise FormatError(f"the stored forest fold-arm's {what} are not a valid sparse matrix")
+    return sp.csr_matrix((data, indices, indptr), shape=shape)
 
 
 def forest_fold_arm(*, data, fold, arm: int, pseudo: PseudoOutcome, L_V, shift: float, jitter: dict,
@@ -510,7 +571,7 @@ def forest_fold_arm(*, data, fold, arm: int, pseudo: PseudoOutcome, L_V, shift: 
     info = {**settings, "seed": first.seed, "oob_error": first.oob_error, "oob_units": first.oob_units}
     return ForestRidgeFoldArm(L_V=L_V, V1=V[rows], v_kernel=v_kernel, pseudo=pseudo, Y1=Y[rows], Y0=Y[rows0],
                               W=first.W, shift=shift, jitter=jitter, atom_units=np.concatenate([rows, rows0]),
-                              forest=info)
+                              forest=info, W0=first.W_oob)
 
 
 # ---------------------------------------------------------------------------
