@@ -265,7 +265,12 @@ def main(argv=None):
                              "construction before)")
     parser.add_argument("--first-stage", default=None, choices=["kernel", "forest", "auto"],
                         help="fit(first_stage=...): the ridge's first stage (default: ccme's, the kernel ridge)")
+    parser.add_argument("--squared-effects", default=None,
+                        help="effects: comma-separated reverse-interval effects whose percentiles are taken on the "
+                             "squared scale (default ccme.bootstrap.SQUARED_INTERVAL_EFFECTS; '' for none)")
     args = parser.parse_args(argv)
+    if args.squared_effects is not None:
+        ccme.bootstrap.SQUARED_INTERVAL_EFFECTS = tuple(t for t in args.squared_effects.split(",") if t)
     if args.first_stage is not None:
         FIT_EXTRA["first_stage"] = args.first_stage
     if args.reverse_effects is not None:
@@ -320,6 +325,7 @@ def main(argv=None):
         out["effect_test_penalty"] = ccme.bootstrap.EFFECT_TEST_PENALTY
         out["effect_test_first_stage"] = ccme.bootstrap.EFFECT_TEST_FIRST_STAGE
         out["reverse_interval_effects"] = list(ccme.bootstrap.REVERSE_INTERVAL_EFFECTS)
+        out["squared_interval_effects"] = list(ccme.bootstrap.SQUARED_INTERVAL_EFFECTS)
         if FIT_EXTRA:
             out["fit_extra"] = dict(FIT_EXTRA)
         print(json.dumps(out), flush=True)

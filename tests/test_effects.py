@@ -487,6 +487,23 @@ def test_reverse_percentile_interval_matches_numpy():
     assert got.conf_low[1] == 0.0 and got.conf_high[0] < T[0] + 1e-12  # moved down by the draws' bias
 
 
+def test_squared_reverse_percentile_interval_matches_numpy():
+    """_interval(reverse=True, squared=True): √ of [2T² − q_hi(T*²), 2T² − q_lo(T*²)] floored at 0 (the MMD's)."""
+    rng = np.random.default_rng(6)
+    T = np.array([0.30, 0.05, 0.5])
+    star = T[:, None] + 0.1 + rng.gamma(2.0, 0.05, size=(3, 999))
+    got = bootstrap._interval(T, T, star, 0.9, 0.0, reverse=True, squared=True)
+    hi = np.quantile(star**2, 0.95, axis=1)
+    lo = np.quantile(star**2, 0.05, axis=1)
+    np.testing.assert_allclose(got.conf_low, np.sqrt(np.maximum(2 * T**2 - hi, 0.0)), rtol=1e-14)
+    np.testing.assert_allclose(got.conf_high, np.sqrt(np.maximum(2 * T**2 - lo, 0.0)), rtol=1e-14)
+    np.testing.assert_allclose(got.std_error, star.std(axis=1), rtol=1e-14)
+    assert got.conf_low[1] == 0.0 and np.all(got.conf_low <= got.conf_high)
+    # not the reverse interval on T's own scale: the square moves it by a different amount
+    plain = bootstrap._interval(T, T, star, 0.9, 0.0, reverse=True)
+    assert np.all(np.abs(got.conf_high - plain.conf_high)[[0, 2]] > 1e-3)
+
+
 def test_norm_distances_get_reverse_intervals_from_the_same_draws(res, monkeypatch):
     """MMD and Kolmogorov: reverse percentiles; Wasserstein and the rest: the symmetric interval (same draws)."""
     kw = dict(newdata=PAPER_PROFILES, n_boot=199, seed=2, target="regularised")

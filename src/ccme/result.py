@@ -1050,8 +1050,8 @@ class CCMEResult:
         >>> list(table.columns[-4:])
         ['std_error', 'df', 'conf_low', 'conf_high']
         """
-        from .bootstrap import (BAND_ORDER, EFFECT_SMALL_SAMPLE, REVERSE_INTERVAL_EFFECTS, check_target,
-                                effect_intervals, restore_note, restored_v_bandwidths, warn_small_arms)
+        from .bootstrap import (BAND_ORDER, EFFECT_SMALL_SAMPLE, REVERSE_INTERVAL_EFFECTS, SQUARED_INTERVAL_EFFECTS,
+                                check_target, effect_intervals, restore_note, restored_v_bandwidths, warn_small_arms)
         from .effects import DEFAULT_QUANTILES, DEFAULT_TAILS, effect_estimates, effect_frame
 
         check_target(target)  # before any work
@@ -1101,8 +1101,11 @@ class CCMEResult:
             table.insert(0, "contrast", f"{treatment.label(pair[0])} - {treatment.label(pair[1])}")
         method = "none"
         if intervals:
-            reverse = (f" (reverse percentiles for {', '.join(REVERSE_INTERVAL_EFFECTS)})"
-                       if REVERSE_INTERVAL_EFFECTS else "")
+            squared = [t for t in REVERSE_INTERVAL_EFFECTS if t in SQUARED_INTERVAL_EFFECTS]
+            plain = [t for t in REVERSE_INTERVAL_EFFECTS if t not in SQUARED_INTERVAL_EFFECTS]
+            parts = ([", ".join(plain)] if plain else []) + ([f"{', '.join(squared)} on the squared scale"]
+                                                             if squared else [])
+            reverse = f" (reverse percentiles for {'; '.join(parts)})" if parts else ""
             method = "multiplier bootstrap, symmetric basic" + reverse + (
                 f", bias-reduced (iterated Tikhonov, order {BAND_ORDER}{restore_note(self, restored_v_bandwidths(self))})"
                 + (", Student-t critical values with Satterthwaite df" if EFFECT_SMALL_SAMPLE else "")
