@@ -69,8 +69,8 @@ FIT_EXTRA: dict = {}
 
 
 def fit_options(defaults: bool, location=None, propensity: str = "logistic") -> dict:
-    """ccme.fit's options: a user's (tuning, default propensity) if ``defaults``, else ``tune="none"`` and ``propensity``;
-    plus :data:`FIT_EXTRA`."""
+    """ccme.fit's options: a user's (tuning, default propensity) if ``defaults``, else ``tune="none"`` and
+    ``propensity``; plus :data:`FIT_EXTRA`."""
     if defaults:
         return {"location": location, **FIT_EXTRA}
     return {"propensity": propensity, "tune": "none", "location": location, **FIT_EXTRA}

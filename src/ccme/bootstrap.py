@@ -1594,11 +1594,12 @@ REVERSE_INTERVAL_EFFECTS = ("mmd", "kolmogorov")
 #: percentiles remove the bias exactly, where on T's scale the bias of the square root is not a constant and the
 #: correction fell short (the draws 2⟨Δ̂, δ*⟩ + ‖δ*‖² vary more than 2⟨Δ, δ⟩ + ‖δ‖² by the estimate's own noise:
 #: the interval errs wide, most near 0).  Measured on the same fits and draws
-#: (``benchmarks/inference/mmd_squared_interval.py``; ``benchmarks/results/distance_intervals.jsonl``), 90% coverage of the
-#: true MMD, reverse → squared, treated law 1.5 times as wide, ``tune="none"``: n = 60 0.79 → 0.995, 250 0.83 →
-#: 0.975, 1000 0.83 → 0.95 (200 data sets each; mean width 0.85 → 0.83, 0.26 → 0.28, 0.13 → 0.17); held out, the
-#: null (n = 250) 0.64 → 1.0 and a law 2.5 times as wide (n = 250) 0.85 → 0.93 (width +26%); with ccme's defaults
-#: (n = 400, 100 data sets) 0.81 → 0.95, width 0.15 → 0.18, (n = 1000, 60) 0.84 → 0.93, width 0.099 → 0.142.
+#: (``benchmarks/inference/mmd_squared_interval.py``; ``benchmarks/results/distance_intervals.jsonl``), 90%
+#: coverage of the true MMD, reverse → squared, treated law 1.5 times as wide, ``tune="none"``: n = 60 0.79 →
+#: 0.995, 250 0.83 → 0.975, 1000 0.83 → 0.95 (200 data sets each; mean width 0.85 → 0.83, 0.26 → 0.28, 0.13 →
+#: 0.17); held out, the null (n = 250) 0.64 → 1.0 and a law 2.5 times as wide (n = 250) 0.85 → 0.93 (width +26%);
+#: with ccme's defaults (n = 400, 100 data sets) 0.81 → 0.95, width 0.15 → 0.18, (n = 1000, 60) 0.84 → 0.93,
+#: width 0.099 → 0.142.
 SQUARED_INTERVAL_EFFECTS = ("mmd",)
 DISTANCES = ("mmd", "kolmogorov", "wasserstein")
 

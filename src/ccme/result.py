@@ -976,7 +976,10 @@ class CCMEResult:
         linear second stage (ridge) each row also has a multiplier-bootstrap
         standard error and a ``level`` interval
         (:func:`ccme.bootstrap.effect_intervals`): T ± the ``level`` quantile of
-        |T* − T|.  With ``target="smoothed"`` (default) T and the draws T* are
+        |T* − T|; for the Kolmogorov distance the reverse percentiles
+        [2T − q_hi(T*), 2T − q_lo(T*)], for the MMD those of T² mapped back by
+        √ (the norms' upward bias; README, "The distances' intervals").
+        With ``target="smoothed"`` (default) T and the draws T* are
         the bias-reduced ones of :meth:`bands` (robust bias correction: the
         interval is centred on the bias-reduced effect, so it need not be
         centred on ``estimate``; V covariates the tuning dropped are given back,

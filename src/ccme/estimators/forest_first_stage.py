@@ -292,7 +292,8 @@ class ForestFirstStage:
         The forest's ``random_state``.
     W_oob : scipy.sparse.csr_matrix (m, m) or None
         Out-of-bag weights among the forest's own units (:func:`oob_weights`; a zero row for a unit that no
-        tree left out), for the first stage's residuals in the bootstrap (:meth:`ForestRidgeFoldArm.first_stage_influence`).
+        tree left out), for the first stage's residuals in the bootstrap
+        (:meth:`ForestRidgeFoldArm.first_stage_influence`).
     """
 
     rows0: np.ndarray
@@ -505,7 +506,7 @@ class ForestRidgeFoldArm(TwoStageAtoms, FoldArm, KernelRidgeSecondStage):
 
     @classmethod
     def from_state(cls, state) -> "ForestRidgeFoldArm":
-        """Inverse of :meth:`to_state`; every array checked for its type and shape, W and W0 for a valid CSR structure."""
+        """Inverse of :meth:`to_state`; every array checked for its type and shape, W and W0 for a valid CSR."""
         from ..errors import FormatError
         from ..io import check_schema
 
