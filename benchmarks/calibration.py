@@ -131,7 +131,9 @@ def band_coverage(n: int, reps: int, *, feature: str = "density", level: float =
             res = ccme.fit(PAPER_FORMULA, data, seed=seed0 + r, **fit_options(defaults, propensity="forest"))
             y = np.linspace(-5.0, 45.0, grid_size)
             b = res.bands(level, newdata=PAPER_PROFILES, arm=1, y=y, feature=feature, n_boot=n_boot)
-        target = smoothed_target(y, PAPER_PROFILES, res.embedding(1).y_kernel.bandwidth_array[0], 1, feature)
+        # The band's own read-out kernel: the CDF's is narrower than the density's (ccme.tuning.distribution_kernel).
+        sigma = res.embedding(1).readout_kernel(feature).bandwidth_array[0]
+        target = smoothed_target(y, PAPER_PROFILES, sigma, 1, feature)
         inside = (b.lower <= target) & (target <= b.upper)
         inside_s = (b.lower_simultaneous <= target) & (target <= b.upper_simultaneous)
         point.append(inside.mean(axis=1))
@@ -263,6 +265,7 @@ def main(argv=None):
                         help="effects: comma-separated effects with reverse-percentile intervals (default "
                              "ccme.bootstrap.REVERSE_INTERVAL_EFFECTS; '' for every interval symmetric, the "
                              "construction before)")
+    parser.add_argument("--feature", default=None, choices=["density", "cdf"], help="bands: one feature only")
     parser.add_argument("--first-stage", default=None, choices=["kernel", "forest", "auto"],
                         help="fit(first_stage=...): the ridge's first stage (default: ccme's, the kernel ridge)")
     parser.add_argument("--squared-effects", default=None,
@@ -298,7 +301,7 @@ def main(argv=None):
         run = rejection_rates
     elif args.part == "bands":
         settings = [dict(n=n, reps=args.reps or 100, feature=f, defaults=args.defaults) for n in (args.n or (1000, 2000))
-                    for f in ("density", "cdf")]
+                    for f in ([args.feature] if args.feature else ("density", "cdf"))]
         run = band_coverage
     elif args.part == "effects":
         settings = [dict(n=n, reps=args.reps or 100, scale=args.scale, defaults=args.defaults)
