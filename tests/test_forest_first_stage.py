@@ -116,6 +116,18 @@ def test_out_of_bag_weights_leave_the_unit_and_its_trees_out(grown):
     np.testing.assert_allclose(dense[valid].sum(axis=1), 1.0, atol=1e-12)
 
 
+@pytest.mark.parametrize("with_error", [False, True])
+def test_grown_first_stage_keeps_its_out_of_bag_weights(grown, with_error):
+    """With or without the tuning's OOB error (G0), the grown first stage carries the forest's OOB weights."""
+    X0, X1, Y0, forest = grown
+    settings = check_forest_settings({"n_estimators": 15, "min_samples_leaf": 3})
+    G0 = Y0 if with_error else None
+    first = grow_forest_first_stage(X0, Y0, X1, settings=settings, seed=4, n_threads=1, G0=G0)
+    W, valid = oob_weights(forest, *_leaf_columns(forest, X0, 1))
+    np.testing.assert_array_equal(first.W_oob.toarray(), W.toarray())
+    assert np.isnan(first.oob_error) != with_error
+
+
 def _twin_density(part: ForestRidgeFoldArm, V_eval, points, y_kernel):
     """Eq. emp_density with the first-stage smoother replaced by Wᵀ, all dense, in numpy."""
     v = part.v_kernel

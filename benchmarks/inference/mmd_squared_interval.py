@@ -11,7 +11,8 @@ true MMD and the mean width of each construction::
     python benchmarks/inference/mmd_squared_interval.py --n 1000 --reps 60 --defaults
 
 ``--defaults`` fits with ccme's tuning and default propensity, else
-``tune="none"`` and a logistic propensity (:func:`calibration.fit_options`).
+``tune="none"`` and a logistic propensity (:func:`calibration.fit_options`);
+``--location linear`` with a location stage.
 The same numbers come from ``calibration.py effects`` with and without
 ``--squared-effects ""`` (the same seeds), at twice the fitting time.
 """
@@ -36,7 +37,8 @@ from calibration import SCALE_FORMULA, SCALE_PROFILES, fit_options, scale_data, 
 CONSTRUCTIONS = {"reverse": (), "squared": ("mmd",)}
 
 
-def coverage(n: int, reps: int, scale: float, defaults: bool, level: float = 0.9, n_boot: int = 199) -> dict:
+def coverage(n: int, reps: int, scale: float, defaults: bool, location=None, level: float = 0.9,
+             n_boot: int = 199) -> dict:
     q, y = np.array([0.25, 0.5, 0.75]), np.array([-1.0, 0.0, 1.0])
     v = SCALE_PROFILES["x1"].to_numpy()
     hits = {k: [] for k in CONSTRUCTIONS}
@@ -47,7 +49,7 @@ def coverage(n: int, reps: int, scale: float, defaults: bool, level: float = 0.9
             data = scale_data(n, scale, r)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                res = ccme.fit(SCALE_FORMULA, data, seed=r, **fit_options(defaults))
+                res = ccme.fit(SCALE_FORMULA, data, seed=r, **fit_options(defaults, location))
                 truth = scale_effects(v, scale, y, q, rkhs=res.kernels["y"].bandwidth_array[0])["mmd"].ravel()
                 for label, squared in CONSTRUCTIONS.items():
                     ccme.bootstrap.SQUARED_INTERVAL_EFFECTS = squared
@@ -58,7 +60,8 @@ def coverage(n: int, reps: int, scale: float, defaults: bool, level: float = 0.9
                     widths[label].append(np.mean(hi - lo))
     finally:
         ccme.bootstrap.SQUARED_INTERVAL_EFFECTS = kept
-    return {"n": n, "reps": reps, "scale": scale, "defaults": defaults, "level": level, "n_boot": n_boot,
+    return {"n": n, "reps": reps, "scale": scale, "defaults": defaults, "location": location, "level": level,
+            "n_boot": n_boot,
             "coverage": {k: round(float(np.mean(h)), 3) for k, h in hits.items()},
             "width": {k: round(float(np.mean(w)), 4) for k, w in widths.items()}}
 
@@ -69,9 +72,10 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--scale", type=float, default=1.5)
     parser.add_argument("--defaults", action="store_true")
+    parser.add_argument("--location", choices=["linear"], default=None, help="fit(location=...): a located fit")
     args = parser.parse_args(argv)
     start = time.time()
-    out = coverage(args.n, args.reps, args.scale, args.defaults)
+    out = coverage(args.n, args.reps, args.scale, args.defaults, args.location)
     out["seconds"] = round(time.time() - start, 1)
     print(json.dumps(out), flush=True)
     return 0
