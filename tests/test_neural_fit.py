@@ -126,9 +126,13 @@ def test_paper_options_are_accepted_and_shown(data):
 def test_weight_decay_shrinks_the_networks_and_the_default_is_documented(data):
     """Decoupled weight decay (AdamW) pulls every parameter towards 0 at each step, so the trained networks'
     squared parameter norm is smaller than without; Neural-Kernel's default trains exactly as its documented
-    value passed explicitly."""
+    value passed explicitly: "auto", 2 up to n = 1000 units and 2 × 1000 / n beyond."""
     from ccme.estimators import NEURAL_KERNEL_DEFAULTS
     from ccme.estimators.base import value_from_state, value_state
+    from ccme.estimators.neural_kernel import auto_weight_decay
+
+    assert NEURAL_KERNEL_DEFAULTS["weight_decay"] == "auto"
+    assert [auto_weight_decay(n) for n in (200, 1000, 2000, 4000)] == [2.0, 2.0, 1.0, 0.5]
 
     def norm(res):
         net = res.embedding(1).parts[0].net            # fold 1's network f(v) of the treated arm
@@ -137,11 +141,14 @@ def test_weight_decay_shrinks_the_networks_and_the_default_is_documented(data):
     y = np.linspace(-5, 35, 30)
     default = _fit(data, "neural_kernel", epochs=(60, 60), validation=0.0, n_rep=1)
     stated = _fit(data, "neural_kernel", epochs=(60, 60), validation=0.0, n_rep=1,
-                  weight_decay=NEURAL_KERNEL_DEFAULTS["weight_decay"])
+                  weight_decay=auto_weight_decay(len(data)))
     plain = _fit(data, "neural_kernel", epochs=(60, 60), validation=0.0, n_rep=1, weight_decay=0.0)
     decayed = _fit(data, "neural_kernel", epochs=(60, 60), validation=0.0, n_rep=1, weight_decay=(0.5, 0.5))
     np.testing.assert_array_equal(stated.density(y, arm=1, normalize=False), default.density(y, arm=1, normalize=False))
-    assert NEURAL_KERNEL_DEFAULTS["weight_decay"] > 0 and norm(default) < norm(decayed) < 0.9 * norm(plain)
+    assert default.params["training"].weight_decay == (2.0, 2.0)
+    assert norm(default) < norm(decayed) < 0.9 * norm(plain)
+    with pytest.raises(ccme.ParameterError, match="weight_decay"):
+        _fit(data, "neural_kernel", epochs=(5, 5), n_rep=1, weight_decay="large")
     assert "weight decay 0.5" in str(decayed.summary())
     # Settings stored before the option existed (no weight_decay field) load as trained without decay.
     settings = decayed.params["training"]

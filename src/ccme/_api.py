@@ -286,7 +286,8 @@ def fit(
         the paper's configuration: ``ccme.estimators.paper_options(method, n)``):
         ``M`` (features / grid points), ``hidden`` (layer widths),
         ``optimizer`` ("adam", "sgd"), ``lr``, ``epochs`` and ``weight_decay``
-        (one value or a pair (stage 1, stage 2); the decay is decoupled, AdamW),
+        (one value or a pair (stage 1, stage 2); the decay is decoupled, AdamW;
+        Neural-Kernel's default "auto" is 2 up to n = 1000 and 2 × 1000 / n beyond),
         ``momentum``, ``batch_size`` (None: full
         batch), ``validation`` (held-out fraction for early stopping) and
         ``patience``, ``standardize`` (network inputs), ``device`` ("auto",
