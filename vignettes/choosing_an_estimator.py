@@ -92,10 +92,10 @@ fig.tight_layout()
 # ## Reading the results
 #
 # On this simulation, with the defaults, the error of every estimator falls
-# with n, and the neural estimators' faster.  Ridge goes from ISE 0.0100 at
-# n = 500 to 0.0033 at n = 4000, Deep Feature from 0.0101 to 0.0019 and
-# Neural-Kernel from 0.0100 to 0.0020: about ridge's error at n = 500 (1.01
-# and 1.00 times it), 0.49 and 0.65 times it at n = 1000 and 0.58 and 0.61
+# with n, and the neural estimators' faster.  Ridge goes from ISE 0.0098 at
+# n = 500 to 0.0033 at n = 4000, Deep Feature from 0.0104 to 0.0019 and
+# Neural-Kernel from 0.0113 to 0.0021: about ridge's error at n = 500 (1.06
+# and 1.15 times it), 0.49 and 0.72 times it at n = 1000 and 0.58 and 0.64
 # times it at n = 4000 (Neural-Kernel read out over its grid points, before
 # its atoms became the outcomes: 0.0109, 0.0051, 0.0028 and 0.0018 at the four
 # sizes; README, "Neural-Kernel's atoms").  Their fits compare a location stage (a linear mean of
@@ -109,13 +109,13 @@ fig.tight_layout()
 # (README, "Neural estimators"; before, Deep Feature was 0.83 to 1.18 times
 # ridge's error and Neural-Kernel 0.76 to 1.26 times it).  Deep Feature's
 # doubly robust second stage is split as the ridge's, with the plug-in part's
-# own penalty; Neural-Kernel's weight decay and split second stage (the
-# plug-in part and the correction on networks of their own) keep its
+# own penalty; Neural-Kernel's weight decay (2, falling as 1/n beyond n = 1000)
+# and split second stage (the plug-in part and the correction on networks of their own) keep its
 # networks' variance down; both average three repetitions of the cross-fit,
 # though they still add the randomness of initialisation and early stopping
 # (the paper's Section "Qualitative Assessment").  They are slower than
-# ridge at these sizes (Neural-Kernel about 7 to 30 s, Deep Feature 14 to 116 s,
-# against 1 to 4 s): the relevance search is the ridge's tuning, the
+# ridge at these sizes (Neural-Kernel about 13 to 29 s, Deep Feature 17 to 115 s,
+# against 1.5 to 5 s): the relevance search is the ridge's tuning, the
 # training comes on top, and both the plain and the located fit are trained
 # (at n = 2000, seed 1, Deep Feature takes 25 s with `location=None` and
 # 37 s by default; this rendering's machine ran the plain fits about 1.3
