@@ -149,7 +149,8 @@ def test_weight_decay_shrinks_the_networks_and_the_default_is_documented(data):
     assert norm(default) < norm(decayed) < 0.9 * norm(plain)
     with pytest.raises(ccme.ParameterError, match="weight_decay"):
         _fit(data, "neural_kernel", epochs=(5, 5), n_rep=1, weight_decay="large")
-    assert "weight decay 0.5" in str(decayed.summary())
+    assert "weight decay 0.5" in str(decayed.summary()) and "auto: 2 × min(1, 1000 / n)" not in str(decayed.summary())
+    assert "auto: 2 × min(1, 1000 / n) = 2 at n = 400" in str(default.summary())
     # Settings stored before the option existed (no weight_decay field) load as trained without decay.
     settings = decayed.params["training"]
     assert settings.weight_decay == (0.5, 0.5)

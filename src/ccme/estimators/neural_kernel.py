@@ -579,12 +579,16 @@ class NeuralKernelEstimator(NeuralEstimator):
                 raise ParameterError(f"`weight_decay` must be 'auto', a number ≥ 0 or a pair of them; "
                                      f"got {options['weight_decay']!r}")
             options = {**options, "weight_decay": auto_weight_decay(len(design.Y))}
+            decay_rule = "auto"
+        else:
+            decay_rule = "user"
         return Parameters({
             "kernels": {"y": y_kernel},
             "training": resolve_training(options),
             "M": len(grid),
             "grid": grid,
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
+            "weight_decay_rule": decay_rule,
             "grid_seed": seed,      # tuning M rebuilds the grid with it (ccme.estimators.neural_tuning)
             "atoms": _atoms_rule(options["atoms"]),
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
@@ -600,5 +604,8 @@ class NeuralKernelEstimator(NeuralEstimator):
              + ([("Read out on", "atoms: outcomes (each point's weight spread over the arm's outcomes around it)")]
                 if prepared.get("atoms") == "outcomes" else [])),
             ("Training", describe_training(prepared["training"], prepared.get("input_kernels"))
+             + ([("Default decay", f"auto: 2 × min(1, 1000 / n) = {auto_weight_decay(len(design.Y)):.3g} "
+                                    f"at n = {len(design.Y)}")]
+                if prepared.get("weight_decay_rule") == "auto" else [])
              + training_rows(embeddings)),
         ]
