@@ -154,16 +154,16 @@ fig.tight_layout()
 # |---|---|---|---|---|---|
 # | both correct | ridge | 0.99 | 1.24 | 1.44 | 2.62 |
 # | | deep feature | 1.05 | 1.59 | 1.10 | 3.19 |
-# | | neural kernel | 0.82 | 1.34 | 1.05 | 3.05 |
+# | | neural kernel | 0.63 | 0.84 | 0.63 | 3.24 |
 # | outcome misspecified | ridge | 1.35 | 1.24 | 2.81 | 2.62 |
 # | propensity misspecified | ridge | 3.35 | 3.12 | 1.69 | 2.53 |
 #
 # ![double robustness, quick run](../benchmarks/paper/results/double_robustness_quick.png)
 #
-# As in the paper, DR beats One-Step by a factor of 2–3 for every method
+# As in the paper, DR beats One-Step by a factor of 2–5 for every method
 # and PI fails when the outcome model leaves out x6.  Unlike the paper, DR
 # (ridge; Neural-Kernel's too before its weight decay and split second stage,
-# 0.95 now; Deep Feature's, whose doubly robust second stage is split, has MSE
+# 0.72 now; Deep Feature's, whose doubly robust second stage is split, has MSE
 # 1.22 there) suffers when the propensity is misspecified in
 # this quick run: it clipped
 # the scores at [0.01, 0.99] (the default then), which lets the logistic fit
