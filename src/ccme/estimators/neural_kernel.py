@@ -138,6 +138,12 @@ def auto_weight_decay(n: int) -> float:
     return AUTO_WEIGHT_DECAY * min(1.0, AUTO_WEIGHT_DECAY_N / n) ** AUTO_WEIGHT_DECAY_POWER
 
 
+def _auto_decay_text(value: float, n: int) -> str:
+    """The summary's account of an "auto" decay: the rule, from its constants, and the value it gave at n."""
+    power = "" if AUTO_WEIGHT_DECAY_POWER == 1 else f"^{AUTO_WEIGHT_DECAY_POWER:g}"
+    return f"auto: {AUTO_WEIGHT_DECAY:g} × min(1, {AUTO_WEIGHT_DECAY_N} / n){power} = {value:.3g} at n = {n}"
+
+
 #: The rule ``grid="auto"`` uses for a one-dimensional outcome: "adaptive" is "regular" (the paper's) where M
 #: regular points resolve the outcomes and "blend" where they do not (:func:`regular_grid_resolves`); or one rule
 #: always ("regular", "blend", "quantile", "kmeans").  Always "kmeans" was measured and rejected
@@ -578,17 +584,17 @@ class NeuralKernelEstimator(NeuralEstimator):
             if options["weight_decay"] != "auto":
                 raise ParameterError(f"`weight_decay` must be 'auto', a number ≥ 0 or a pair of them; "
                                      f"got {options['weight_decay']!r}")
-            options = {**options, "weight_decay": auto_weight_decay(len(design.Y))}
-            decay_rule = "auto"
+            auto_decay = auto_weight_decay(len(design.Y))
+            options = {**options, "weight_decay": auto_decay}
         else:
-            decay_rule = "user"
+            auto_decay = None
         return Parameters({
             "kernels": {"y": y_kernel},
             "training": resolve_training(options),
             "M": len(grid),
             "grid": grid,
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
-            "weight_decay_rule": decay_rule,
+            "weight_decay_auto": auto_decay,    # the summary's "Default decay" row; None: given by hand
             "grid_seed": seed,      # tuning M rebuilds the grid with it (ccme.estimators.neural_tuning)
             "atoms": _atoms_rule(options["atoms"]),
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
@@ -604,8 +610,7 @@ class NeuralKernelEstimator(NeuralEstimator):
              + ([("Read out on", "atoms: outcomes (each point's weight spread over the arm's outcomes around it)")]
                 if prepared.get("atoms") == "outcomes" else [])),
             ("Training", describe_training(prepared["training"], prepared.get("input_kernels"))
-             + ([("Default decay", f"auto: 2 × min(1, 1000 / n) = {auto_weight_decay(len(design.Y)):.3g} "
-                                    f"at n = {len(design.Y)}")]
-                if prepared.get("weight_decay_rule") == "auto" else [])
+             + ([("Default decay", _auto_decay_text(prepared["weight_decay_auto"], len(design.Y)))]
+                if prepared.get("weight_decay_auto") is not None else [])
              + training_rows(embeddings)),
         ]
