@@ -41,6 +41,8 @@ from ccme.estimators.training import NEURAL_N_REP, MissingDependencyError  # noq
 
 FORMULA = "y ~ a | x1 + x2 + x3 + x4 + x5 | x6 + x7 + x8 + x9 + x10"
 SMALL = "y ~ a | x1 + x2 | x3 + x4"
+#: Neural-Kernel's M="auto" at n = 200, 1000, 4000, 8000, 20000 (ccme.estimators.neural_kernel.auto_grid_points).
+AUTO_GRID_POINTS_AT = [20, 20, 20, 30, 53]
 
 
 def _ise(method, mode):
@@ -157,6 +159,36 @@ def test_weight_decay_shrinks_the_networks_and_the_default_is_documented(data):
     state = value_state(settings)
     del state["training"]["weight_decay"]
     assert value_from_state(state).weight_decay == (0.0, 0.0)
+
+
+def test_grid_points_grow_with_n_and_the_default_is_documented(data, monkeypatch):
+    """Neural-Kernel's default M ("auto") is the paper's 20 up to n = 4000 units and grows as
+    20 × (n / 4000)^0.6 beyond (rounded), never past the outcomes' distinct values once above 20; a fit under the
+    default trains exactly as under the value passed by hand, and its summary states the rule."""
+    from ccme.estimators import NEURAL_KERNEL_DEFAULTS
+    from ccme.estimators import neural_kernel as nk
+
+    assert NEURAL_KERNEL_DEFAULTS["M"] == "auto"
+    assert [nk.auto_grid_points(n) for n in (200, 1000, 4000, 8000, 20000)] == AUTO_GRID_POINTS_AT
+    few = np.repeat(np.arange(25.0), 800)[:, None]             # 20000 outcomes, 25 distinct values
+    assert nk.auto_grid_points(len(few), few) == min(25, AUTO_GRID_POINTS_AT[-1])
+    assert nk.auto_grid_points(len(few), few[few < 10][:, None]) == 20   # never below the paper's 20
+
+    y = np.linspace(-5, 35, 30)
+    default = _fit(data, "neural_kernel", epochs=(20, 20), validation=0.0, n_rep=1)
+    stated = _fit(data, "neural_kernel", epochs=(20, 20), validation=0.0, n_rep=1, M=20)
+    np.testing.assert_array_equal(stated.density(y, arm=1, normalize=False), default.density(y, arm=1, normalize=False))
+    assert default.params["M"] == 20 and default.params["grid_points_auto"] == 20
+    assert stated.params["grid_points_auto"] is None and "Default M" not in str(stated.summary())
+    rule = "auto: 20 × max(1, n / 4000)^0.6, rounded, = 20 at n = 400"
+    assert rule in str(default.summary())
+    # The rule in a fit: with its scale at 100 units, 400 units get round(20 × 4^0.6) = 46 points.
+    monkeypatch.setattr(nk, "AUTO_GRID_POINTS_N", 100)
+    grown = _fit(data, "neural_kernel", epochs=(5, 5), validation=0.0, n_rep=1)
+    assert grown.params["M"] == 46 and grown.params["grid_points_auto"] == 46
+    assert grown.params["grid"].shape == (grown.params["M"], 1)
+    with pytest.raises(ccme.ParameterError, match="`M` must be 'auto' or a positive integer"):
+        _fit(data, "neural_kernel", epochs=(5, 5), n_rep=1, M="many")
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])

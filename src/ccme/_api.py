@@ -284,7 +284,8 @@ def fit(
         Deep Feature and Neural-Kernel (defaults
         ``ccme.estimators.DEEP_FEATURE_DEFAULTS`` / ``NEURAL_KERNEL_DEFAULTS``;
         the paper's configuration: ``ccme.estimators.paper_options(method, n)``):
-        ``M`` (features / grid points), ``hidden`` (layer widths),
+        ``M`` (features / grid points; Neural-Kernel's default "auto" is 20 up to
+        n = 4000 and 20 × (n / 4000)^0.6 beyond), ``hidden`` (layer widths),
         ``optimizer`` ("adam", "sgd"), ``lr``, ``epochs`` and ``weight_decay``
         (one value or a pair (stage 1, stage 2); the decay is decoupled, AdamW;
         Neural-Kernel's default "auto" is 2 up to n = 1000 and 2 × 1000 / n beyond),

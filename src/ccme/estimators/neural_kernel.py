@@ -24,6 +24,11 @@ networks' weights decay by default (``weight_decay``, decoupled; the paper's
 "weight regularization" for this estimator's variance), by 2 up to n = 1000
 units and by 2 × 1000 / n beyond (``"auto"``, :func:`auto_weight_decay`).
 
+Grid size (``M=``): ``"auto"`` (default) is the paper's M = 20 up to n = 4000
+units and 20 × (n / 4000)^0.6 beyond (:func:`auto_grid_points`: 53 at
+n = 20000), since the grid's step bounds the read-out bandwidth from below
+and the best bandwidth shrinks with n; or a positive integer.
+
 Grid (``grid=``): ``"regular"`` M points from min(Y) to max(Y) (d_y = 1, as
 the paper); ``"quantile"`` the j/(M − 1) quantiles (j = 0..M − 1) of the
 outcome's distinct values, from min(Y) to max(Y) and denser where the
@@ -109,7 +114,7 @@ __all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAUL
 NEURAL_KERNEL_DEFAULTS = {
     **NEURAL_DEFAULTS,
     "weight_decay": "auto",
-    "M": 20,
+    "M": "auto",
     "grid": "auto",
     "y_kernel": "gaussian",
     "y_bandwidth": "silverman",
@@ -136,6 +141,46 @@ AUTO_WEIGHT_DECAY_POWER = 1.0
 def auto_weight_decay(n: int) -> float:
     """The weight decay of ``weight_decay="auto"`` for ``n`` units: 2 up to n = 1000, 2 × 1000 / n beyond."""
     return AUTO_WEIGHT_DECAY * min(1.0, AUTO_WEIGHT_DECAY_N / n) ** AUTO_WEIGHT_DECAY_POWER
+
+
+#: ``M="auto"``: round(AUTO_GRID_POINTS × max(1, n / AUTO_GRID_POINTS_N)^AUTO_GRID_POINTS_POWER) grid points for n
+#: units (:func:`auto_grid_points`): the paper's 20 up to n = 4000, 30 at 8000, 53 at 20000, 80 at 40000.  The grid's
+#: step bounds the read-out bandwidth from below (half the step, :func:`ccme.tuning.readout_floor`), while the
+#: density's best bandwidth shrinks as n grows: at n = 20000 (large_n, seed 1) both arms' σ_y sat on that floor and
+#: Neural-Kernel had 3.4 / 2.4 times ridge DR's ISE; with M = 40, 1.4 / 0.85 (more epochs, a smaller decay or wider
+#: networks moved it by under 10%).  More points at smaller n cost: on the zoo's "choose" cases at their own n
+#: (1566-4000, seeds 1-2, ``python benchmarks/tuning_rule.py --setting
+#: ccme.estimators.neural_kernel.AUTO_GRID_POINTS_POWER=0.0,0.2,0.4 --config neural_kernel --parallel --stem nk_auto_m
+#: --split choose --seeds 1,2 --eval-points 100`` with the scale at 1000 units) growth with power 0.2 gave 1.109 of
+#: M = 20's ISE and 0.4 gave 1.099 (mixed_v and spike_tail worse by up to 2.1), so the growth starts at the largest
+#: n measured there, 4000.  The power was chosen on two "choose" cases run at n = 20000 (paper and mixture_v3, seed
+#: 1; ``... =0.0,0.3,0.6 --cases paper,mixture_v3 --n 20000 --seeds 1 --tag n20000``): 0.3 (M = 32) gave 0.806
+#: (paper 1.24 / 0.47), 0.6 (M = 53) 0.592, all four case-arms better (paper 0.74 / 0.27, mixture_v3 0.96 / 0.64),
+#: for about 1.8 times the fit time (three runs side by side on two cores).  Reported on large_n, the one "report"
+#: case above 4000 units (seed 1, ``--cases large_n --seeds 1 --tag large_n``): 0.39 / 0.40 of the error, 1.36 / 0.96
+#: times ridge DR's, in 425 s instead of 187 s (the loss's quadratic form costs M² per unit and epoch).
+#: ``benchmarks/results/nk_auto_m_*``.
+AUTO_GRID_POINTS = 20
+AUTO_GRID_POINTS_N = 4000
+AUTO_GRID_POINTS_POWER = 0.6
+
+
+def auto_grid_points(n: int, Y: np.ndarray | None = None) -> int:
+    """The number of grid points of ``M="auto"`` for ``n`` units (:data:`AUTO_GRID_POINTS_POWER`).
+
+    Beyond :data:`AUTO_GRID_POINTS`, no more than the outcomes ``Y`` (n, d_y) have distinct values, when given: a
+    rule that places points on them ("blend", "quantile", "kmeans") cannot place more.
+    """
+    M = int(round(AUTO_GRID_POINTS * max(1.0, n / AUTO_GRID_POINTS_N) ** AUTO_GRID_POINTS_POWER))
+    if Y is not None and M > AUTO_GRID_POINTS:
+        M = max(AUTO_GRID_POINTS, min(M, len(np.unique(Y, axis=0))))
+    return M
+
+
+def _auto_grid_points_text(value: int, n: int) -> str:
+    """The summary's account of an "auto" M: the rule, from its constants, and the value it gave at n."""
+    return (f"auto: {AUTO_GRID_POINTS} × max(1, n / {AUTO_GRID_POINTS_N})^{AUTO_GRID_POINTS_POWER:g}, rounded, "
+            f"= {value} at n = {n}")
 
 
 def _auto_decay_text(value: float, n: int) -> str:
@@ -579,7 +624,11 @@ class NeuralKernelEstimator(NeuralEstimator):
         require_torch()
         y_kernel = resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
                                   seed=seed, density=True)
-        grid = make_grid(options["grid"], design.Y, _positive_int(options["M"], "M"), seed)
+        auto_m = isinstance(options["M"], str) and options["M"] == "auto"
+        if isinstance(options["M"], str) and not auto_m:
+            raise ParameterError(f"`M` must be 'auto' or a positive integer; got {options['M']!r}")
+        M = auto_grid_points(len(design.Y), design.Y) if auto_m else _positive_int(options["M"], "M")
+        grid = make_grid(options["grid"], design.Y, M, seed)
         if isinstance(options["weight_decay"], str):
             if options["weight_decay"] != "auto":
                 raise ParameterError(f"`weight_decay` must be 'auto', a number ≥ 0 or a pair of them; "
@@ -595,6 +644,8 @@ class NeuralKernelEstimator(NeuralEstimator):
             "grid": grid,
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
             "weight_decay_auto": auto_decay,    # the summary's "Default decay" row; None: given by hand
+            # The "Default M" row's value; None where M was given, or set by a grid array's length.
+            "grid_points_auto": M if auto_m and isinstance(options["grid"], str) else None,
             "grid_seed": seed,      # tuning M rebuilds the grid with it (ccme.estimators.neural_tuning)
             "atoms": _atoms_rule(options["atoms"]),
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
@@ -607,6 +658,8 @@ class NeuralKernelEstimator(NeuralEstimator):
         return [
             ("Outcome kernel", [("Y (density, loss)", prepared["kernels"]["y"].describe(design.y_names))]),
             ("Grid", [("Points", f"M = {prepared['M']} ({_grid_label(prepared, design.Y)}), {span}")]
+             + ([("Default M", _auto_grid_points_text(prepared["grid_points_auto"], len(design.Y)))]
+                if prepared.get("grid_points_auto") is not None else [])
              + ([("Read out on", "atoms: outcomes (each point's weight spread over the arm's outcomes around it)")]
                 if prepared.get("atoms") == "outcomes" else [])),
             ("Training", describe_training(prepared["training"], prepared.get("input_kernels"))

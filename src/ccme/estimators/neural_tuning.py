@@ -266,7 +266,8 @@ def _with_m(prepared, M, deep, Y):
     from .neural_kernel import _kernel_to_grid, make_grid
 
     grid = make_grid(prepared["grid_rule"], Y, M, prepared["grid_seed"])
-    return {**prepared, "M": len(grid), "grid": grid, "K_M": _kernel_to_grid(grid, grid, prepared["kernels"]["y"])}
+    return {**prepared, "M": len(grid), "grid": grid, "K_M": _kernel_to_grid(grid, grid, prepared["kernels"]["y"]),
+            "grid_points_auto": None}   # M now from the tuning, not the "auto" rule
 
 
 def _record_epochs(report: TuningReport, arms: dict) -> None:
