@@ -137,8 +137,9 @@ fig.tight_layout()
 #   uncertainty"), Neural-Kernel has none;
 # - at 10⁴ units and beyond ridge still: above 5000 units it switches to
 #   its low-rank (Nyström) path by itself, which fits the zoo's `large_n`
-#   case (n = 20000) in about 10 s with 0.3–0.4 times Neural-Kernel's error,
-#   where Neural-Kernel takes about 190 s (README, "Neural estimators");
+#   case (n = 20000) in about 10 s with 0.7–1.0 times Neural-Kernel's error,
+#   where Neural-Kernel (53 grid points there) takes about 425 s (README,
+#   "Neural estimators");
 # - a multivariate outcome with many dimensions (images) favours the neural
 #   estimators, whose cost does not depend on the outcome's dimension.
 #
