@@ -158,7 +158,8 @@ def auto_weight_decay(n: int) -> float:
 #: (paper 1.24 / 0.47), 0.6 (M = 53) 0.592, all four case-arms better (paper 0.74 / 0.27, mixture_v3 0.96 / 0.64),
 #: for about 1.8 times the fit time (three runs side by side on two cores).  Reported on large_n, the one "report"
 #: case above 4000 units (seed 1, ``--cases large_n --seeds 1 --tag large_n``): 0.39 / 0.40 of the error, 1.36 / 0.96
-#: times ridge DR's, in 425 s instead of 187 s (the loss's quadratic form costs M² per unit and epoch).
+#: times ridge DR's, in 425 s instead of 187 s (at M = 40 a second-stage epoch took 1.5 times as long and the
+#: correction network trained longer before stopping).
 #: ``benchmarks/results/nk_auto_m_*``.
 AUTO_GRID_POINTS = 20
 AUTO_GRID_POINTS_N = 4000
