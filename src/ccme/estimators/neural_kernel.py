@@ -157,7 +157,8 @@ def auto_weight_decay(n: int) -> float:
 #: 1; ``... =0.0,0.3,0.6 --cases paper,mixture_v3 --n 20000 --seeds 1 --tag n20000``): 0.3 (M = 32) gave 0.806
 #: (paper 1.24 / 0.47), 0.6 (M = 53) 0.592, all four case-arms better (paper 0.74 / 0.27, mixture_v3 0.96 / 0.64),
 #: for about 1.8 times the fit time (three runs side by side on two cores); at seed 2 0.663 (paper 1.15 / 0.26,
-#: mixture_v3 0.88 / 0.72; ``--tag n20000_seed2``).  Reported on large_n, the one "report"
+#: mixture_v3 0.88 / 0.72; ``--tag n20000_seed2``); at n = 8000 (M = 30, checked after) 0.727 and 0.696 at seeds
+#: 1 and 2 (``--n 8000 --tag n8000``, ``n8000_seed2``).  Reported on large_n, the one "report"
 #: case above 4000 units (seed 1, ``--cases large_n --seeds 1 --tag large_n``): 0.39 / 0.40 of the error, 1.36 / 0.96
 #: times ridge DR's (seed 2: 0.36 / 0.34, 1.45 / 0.80), in 425 s instead of 187 s (at M = 40 a second-stage epoch took 1.5 times as long and the
 #: correction network trained longer before stopping).
