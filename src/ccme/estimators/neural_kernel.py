@@ -160,8 +160,8 @@ def auto_weight_decay(n: int) -> float:
 #: mixture_v3 0.88 / 0.72; ``--tag n20000_seed2``); at n = 8000 (M = 30, checked after) 0.727 and 0.696 at seeds
 #: 1 and 2 (``--n 8000 --tag n8000``, ``n8000_seed2``).  Reported on large_n, the one "report"
 #: case above 4000 units (seed 1, ``--cases large_n --seeds 1 --tag large_n``): 0.39 / 0.40 of the error, 1.36 / 0.96
-#: times ridge DR's (seed 2: 0.36 / 0.34, 1.45 / 0.80), in 425 s instead of 187 s (at M = 40 a second-stage epoch took 1.5 times as long and the
-#: correction network trained longer before stopping).
+#: times ridge DR's (seed 2: 0.36 / 0.34, 1.45 / 0.80), in 425 s instead of 187 s (at M = 40 a second-stage epoch
+#: took 1.5 times as long and the correction network trained longer before stopping).
 #: ``benchmarks/results/nk_auto_m_*``.
 AUTO_GRID_POINTS = 20
 AUTO_GRID_POINTS_N = 4000
@@ -608,6 +608,20 @@ def build_neural_kernel_arm(*, arm, mode, V, Xo, Y, A, target, nuisance, scores_
     return NeuralKernelFoldArm(grid, net, std, history, dtype, device, **spread)
 
 
+def _resolve_auto(value, name: str, expected: str, rule):
+    """An option that also takes "auto": (the value to use, the rule's value where "auto" else None).
+
+    ``rule`` (no arguments) gives the "auto" value; any other string is a ParameterError naming ``name`` and what
+    it ``expected``; a non-string passes through, for the option's own check.
+    """
+    if not isinstance(value, str):
+        return value, None
+    if value != "auto":
+        raise ParameterError(f"`{name}` must be {expected}; got {value!r}")
+    chosen = rule()
+    return chosen, chosen
+
+
 def _atoms_rule(rule) -> str:
     if rule not in ("grid", "outcomes"):
         raise ParameterError(f"`atoms` must be 'grid' or 'outcomes'; got {rule!r}")
@@ -627,19 +641,13 @@ class NeuralKernelEstimator(NeuralEstimator):
         require_torch()
         y_kernel = resolve_kernel(options["y_kernel"], options["y_bandwidth"], design.Y, what="y_bandwidth",
                                   seed=seed, density=True)
-        auto_m = isinstance(options["M"], str) and options["M"] == "auto"
-        if isinstance(options["M"], str) and not auto_m:
-            raise ParameterError(f"`M` must be 'auto' or a positive integer; got {options['M']!r}")
-        M = auto_grid_points(len(design.Y), design.Y) if auto_m else _positive_int(options["M"], "M")
-        grid = make_grid(options["grid"], design.Y, M, seed)
-        if isinstance(options["weight_decay"], str):
-            if options["weight_decay"] != "auto":
-                raise ParameterError(f"`weight_decay` must be 'auto', a number ≥ 0 or a pair of them; "
-                                     f"got {options['weight_decay']!r}")
-            auto_decay = auto_weight_decay(len(design.Y))
-            options = {**options, "weight_decay": auto_decay}
-        else:
-            auto_decay = None
+        n = len(design.Y)
+        M, auto_m = _resolve_auto(options["M"], "M", "'auto' or a positive integer",
+                                  lambda: auto_grid_points(n, design.Y))
+        grid = make_grid(options["grid"], design.Y, _positive_int(M, "M"), seed)
+        decay, auto_decay = _resolve_auto(options["weight_decay"], "weight_decay",
+                                          "'auto', a number ≥ 0 or a pair of them", lambda: auto_weight_decay(n))
+        options = {**options, "weight_decay": decay}
         return Parameters({
             "kernels": {"y": y_kernel},
             "training": resolve_training(options),
@@ -648,7 +656,7 @@ class NeuralKernelEstimator(NeuralEstimator):
             "grid_rule": options["grid"] if isinstance(options["grid"], str) else "user",
             "weight_decay_auto": auto_decay,    # the summary's "Default decay" row; None: given by hand
             # The "Default M" row's value; None where M was given, or set by a grid array's length.
-            "grid_points_auto": M if auto_m and isinstance(options["grid"], str) else None,
+            "grid_points_auto": auto_m if isinstance(options["grid"], str) else None,
             "grid_seed": seed,      # tuning M rebuilds the grid with it (ccme.estimators.neural_tuning)
             "atoms": _atoms_rule(options["atoms"]),
             "K_M": _kernel_to_grid(grid, grid, y_kernel),
