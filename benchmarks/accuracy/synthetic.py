@@ -24,7 +24,7 @@ from ._base import SyntheticCase, bounded, combine, expit, gaussian, softmax
 
 __all__ = [
     "LinearV1", "HeteroV2", "MixtureV3", "Paper", "IrrelevantX50", "SparseV10", "WeakOverlap",
-    "MixedV", "SpikeTail", "CategoricalV", "OrdinalV", "Bivariate", "LargeN", "InsideV", "ThroughW", "FactorShapeV", "FactorSlopeV",
+    "MixedV", "SpikeTail", "LargeMixed", "CategoricalV", "OrdinalV", "Bivariate", "LargeN", "InsideV", "ThroughW", "FactorShapeV", "FactorSlopeV",
 ]
 
 
@@ -501,6 +501,99 @@ class SpikeTail(SyntheticCase):
         mW = np.outer(v1, self._G)
         return combine([(q, gaussian(c + mW @ b, np.full(len(v1), s**2 + self._TAU**2 * b @ b)))
                         for q, (c, b, s) in zip(weights, components)])
+
+
+# ---------------------------------------------------------------------------------
+_LARGE_GROUPS = ["g1", "g2", "g3"]
+
+
+class LargeMixed(SyntheticCase):
+    """The "choose" case at large n: 12000 units, a factor and a number in V, a right tail, irrelevant covariates.
+
+    Added (session of 2026-12-03) so that defaults for n above 4000 can be
+    chosen on "choose" (before it the only case that large, ``large_n``, was
+    "report"); written and fixed before any fit of it was seen.  V = (v1, a
+    3-level group); outside V four Gaussian confounders, a binary ``flag``
+    drawn given V, and three irrelevant covariates.  Y^a | X is a bulk and a
+    wider right-shifted component whose weight moves with v1, the group, the
+    flag and the arm; w3 acts on the bulk only, w4 on the tail only.
+    """
+
+    name = "large_mixed"
+    description = ("n 12000, V = (continuous, 3-level group); bulk + right tail whose weight moves with V, a binary "
+                   "confounder and the arm; four confounders and three irrelevant covariates outside V")
+    split = "choose"
+    n = 12000
+    formula = "y ~ a | v1 + C(group) | w1 + w2 + w3 + w4 + flag + z1 + z2 + z3"
+    v_columns = ["v1", "group"]
+    x_columns = ["v1", "group", "w1", "w2", "w3", "w4", "flag", "z1", "z2", "z3"]
+    ps_range = (0.04, 0.96)
+    features = ("n=12000", "dimV=2 (continuous, categorical)", "dimX=10 (binary; 3 irrelevant)", "confounding in+out V",
+                "right tail", "heteroscedastic")
+    _P_GROUP = [0.5, 0.3, 0.2]
+    # E[W | v] = G f(v), f(v) = (v1, 1{g2}, 1{g3}); W's noise sd _TAU, independent
+    _G = np.array([[0.6, 0.0, 0.3], [0.0, 0.5, -0.4], [-0.3, 0.4, 0.0], [0.2, 0.0, 0.5]])
+    _TAU = 0.8
+    _MU = {"g1": 0.0, "g2": 0.7, "g3": -0.5}
+    _B_BULK = np.array([0.6, -0.4, 0.3, 0.0])
+    _B_TAIL = np.array([0.3, 0.0, 0.0, 0.6])
+
+    def sample_v(self, n, rng):
+        return pd.DataFrame({"v1": rng.standard_normal(n),
+                             "group": rng.choice(_LARGE_GROUPS, size=n, p=self._P_GROUP)})
+
+    @staticmethod
+    def _features(v1, group):
+        group = np.asarray(group)
+        return np.column_stack([v1, group == "g2", group == "g3"]).astype(float)
+
+    def _flag_prob(self, v1, group):
+        return expit(-0.3 + 0.5 * v1 + 0.6 * (np.asarray(group) == "g3"))
+
+    def sample_w(self, v, rng):
+        v1, group = v["v1"].to_numpy(dtype=float), v["group"].to_numpy()
+        n = len(v1)
+        W = self._features(v1, group) @ self._G.T + self._TAU * rng.standard_normal((n, 4))
+        frame = pd.DataFrame(W, columns=["w1", "w2", "w3", "w4"])
+        frame["flag"] = rng.binomial(1, self._flag_prob(v1, group))
+        for j in (1, 2, 3):
+            frame[f"z{j}"] = rng.standard_normal(n)
+        return frame
+
+    def propensity(self, x):
+        v1, w1, w2, flag = _cols(x, ["v1", "w1", "w2", "flag"])
+        group = x["group"].to_numpy()
+        return bounded(*self.ps_range, -0.3 + 0.7 * v1 - 0.5 * (group == "g2") + 0.4 * (group == "g3")
+                       + 0.9 * w1 - 0.7 * w2 + 0.6 * flag)
+
+    def _parts(self, v1, group, flag, arm):
+        """(tail weight, bulk mean and sd, tail mean and sd), the means before the W terms."""
+        group = np.asarray(group)
+        g2, g3 = (group == "g2").astype(float), (group == "g3").astype(float)
+        tail = expit(-1.5 + 0.8 * v1 + 1.0 * flag + 0.8 * arm * g3 - 0.5 * g2)
+        bulk_mean = 0.5 * np.sin(v1) + np.array([self._MU[g] for g in group]) + arm * (0.6 + 0.4 * g2)
+        bulk_sd = 0.5 + 0.3 * expit(v1)
+        return tail, (bulk_mean, bulk_sd), (bulk_mean + 2.0 + 0.5 * arm, np.full_like(v1, 1.2))
+
+    def sample_y(self, x, arm, rng):
+        v1, flag = _cols(x, ["v1", "flag"])
+        W = x[["w1", "w2", "w3", "w4"]].to_numpy(dtype=float)
+        tail, (m0, s0), (m1, s1) = self._parts(v1, x["group"].to_numpy(), flag, arm)
+        in_tail = rng.random(len(v1)) < tail
+        eps = rng.standard_normal(len(v1))
+        return np.where(in_tail, m1 + W @ self._B_TAIL + s1 * eps, m0 + W @ self._B_BULK + s0 * eps)
+
+    def mixture(self, v_frame, arm):
+        v1, group = v_frame["v1"].to_numpy(dtype=float), v_frame["group"].to_numpy()
+        mW = self._features(v1, group) @ self._G.T
+        p_flag = self._flag_prob(v1, group)
+        spread = {k: self._TAU**2 * b @ b for k, b in (("bulk", self._B_BULK), ("tail", self._B_TAIL))}
+        parts = []
+        for flag, q in ((0.0, 1.0 - p_flag), (1.0, p_flag)):
+            tail, (m0, s0), (m1, s1) = self._parts(v1, group, np.full_like(v1, flag), arm)
+            parts.append((q * (1.0 - tail), gaussian(m0 + mW @ self._B_BULK, s0**2 + spread["bulk"])))
+            parts.append((q * tail, gaussian(m1 + mW @ self._B_TAIL, s1**2 + spread["tail"])))
+        return combine(parts)
 
 
 # ---------------------------------------------------------------------------------
