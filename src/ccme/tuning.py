@@ -549,6 +549,9 @@ DR_FIRST_STAGE_BANDWIDTH = 1.0
 #: Whether ``tune="auto"`` chooses the doubly robust plug-in part's own penalty λ₁ᵖ (:func:`_plugin_penalty`).  On
 #: the zoo's "choose" split it lowered ridge DR's integrated squared error (``benchmarks/tuning_rule.py``,
 #: ``results/plugin_penalty_choose.txt``); False restores one penalty for the whole pseudo-outcome, to rerun that.
+#: At n = 12000 on the "choose" case large_mixed (seeds 1-3, ``--cases large_mixed --seeds 1,2,3 --stem
+#: plugin_penalty_large --tag large_mixed``) one penalty gave 1.18 / 1.23 times the error: it stays at large n too,
+#: though it cost 7-10% on the paper's simulation at n = 20000 (README, "Large data").
 PLUGIN_PENALTY_SEARCH = True
 #: Whether the doubly robust second stage's penalties λ₁ and λ₁ᵖ are chosen per arm, each on its own arm's
 #: leave-one-out curve (as the one-step mode's λ₁ is), instead of one value on the arms' summed curve.  A shared λ₁
@@ -1466,6 +1469,8 @@ ARD_STAGE2_GUARD = 1.0
 #: From this many arms on (every treatment, by default), the V kernel the arms share keeps, per covariate group,
 #: the smallest bandwidth of one search per arm (tune_ridge); with fewer arms, one search on the arms' summed
 #: criterion, the rule before it (3 restores it for binary treatments: benchmarks/v_bandwidth_rule.py compares).
+#: At n = 12000 on the "choose" case large_mixed (seeds 1-3, ``--setting ccme.tuning.PER_ARM_V_SEARCH_ARMS=2,3
+#: --cases large_mixed --stem per_arm_v_large``) the one summed search gave 0.99 / 1.01: no difference there.
 PER_ARM_V_SEARCH_ARMS = 2
 #: Whose leave-one-out errors the X search sums: "all", every arm's (each with its λ₀; the default), or one arm's
 #: code as a string ("1", "0"), that arm's alone, its X kernel then used by every arm.  A diagnostic, as

@@ -110,7 +110,9 @@ __all__ = ["NeuralKernelEstimator", "NeuralKernelFoldArm", "NEURAL_KERNEL_DEFAUL
 #: from the seeds' noise.  Nor does a patience of 200 epochs instead of 50 (``...[patience]=50,200 --stem
 #: nk_patience``, seeds 1-2): 1.044 on "choose" (mixed_v 1.85 / 1.20) and 1.000 on "report", for 1.7-1.8 times
 #: the time, though on the three worst report cases alone it gave 0.941
-#: (``benchmarks/accuracy/results/neural_gap_training.txt``).
+#: (``benchmarks/accuracy/results/neural_gap_training.txt``).  Nor, at n = 12000, where stage 2 runs to its 500
+#: epochs, do 2000 (the "choose" case large_mixed, seeds 1-2, ``"...[epochs]=1000 500;1000 2000" --cases large_mixed
+#: --stem nk_stage2_epochs``): 0.966 (0.97 / 0.96 per arm) for 1.35 times the time.
 NEURAL_KERNEL_DEFAULTS = {
     **NEURAL_DEFAULTS,
     "weight_decay": "auto",
@@ -161,7 +163,9 @@ def auto_weight_decay(n: int) -> float:
 #: 1 and 2 (``--n 8000 --tag n8000``, ``n8000_seed2``).  Reported on large_n, the one "report"
 #: case above 4000 units (seed 1, ``--cases large_n --seeds 1 --tag large_n``): 0.39 / 0.40 of the error, 1.36 / 0.96
 #: times ridge DR's (seed 2: 0.36 / 0.34, 1.45 / 0.80), in 425 s instead of 187 s (at M = 40 a second-stage epoch
-#: took 1.5 times as long and the correction network trained longer before stopping).
+#: took 1.5 times as long and the correction network trained longer before stopping).  Checked on the "choose" case
+#: large_mixed (n = 12000, M = 39) once it was added (seeds 1-2, ``... =0.0,0.6,1.0 --cases large_mixed --seeds 1,2
+#: --tag large_mixed``): 0.851 of M = 20's error (treated 1.13, control 0.64), M = 60 (power 1) 0.892.
 #: ``benchmarks/results/nk_auto_m_*``.
 AUTO_GRID_POINTS = 20
 AUTO_GRID_POINTS_N = 4000
@@ -524,6 +528,9 @@ def fit_grid_network(Z, T, c, K_M, *, settings, stage, generator, label="", n_th
 #: ccme.estimators.neural_kernel.CORRECTION_DECAY_FACTOR=1.0,4.0,10.0 --config neural_kernel --stem
 #: nk_correction_decay``): 0.953 / 0.953 on "choose" (8 of 16 case-arms better, 6 / 8 worse; spike_tail 0.82 / 0.61)
 #: but 1.049 / 1.068 on "report" (15 / 18 of 30 worse: nhefs_education's treated arm 2.4 / 1.7, ordinal_v 1.24 / 1.42).
+#: At n = 12000 (the "choose" case large_mixed, seeds 1-2, ``... =1.0,12.0 --cases large_mixed --seeds 1,2 --stem
+#: nk_correction_decay_large --tag large_mixed``), a factor 12, which keeps the correction at the n = 1000 decay (2)
+#: while the auto decay fades to 0.167, gave 0.96 / 0.97 at seed 1 and 1.04 / 1.06 at seed 2: no change either.
 CORRECTION_DECAY_FACTOR = 1.0
 
 
