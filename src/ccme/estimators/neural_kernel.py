@@ -270,7 +270,11 @@ def auto_grid_rule(Y: np.ndarray, M: int) -> str:
 #: (:class:`ccme.estimators.base.SplitSecondStage`).  Chosen on the zoo's "choose" split (n = 1000, seeds 1-2, with
 #: the weight decay): 0.888 of the unsplit stage's ISE, 10 of 14 case-arms better, 3 worse; reported on "report":
 #: 0.916, 24 of 30 better, 5 worse (ihdp_all25 1.56 / 1.65); about twice the fitting time
-#: (``benchmarks/results/nk_split_second_stage_*``).
+#: (``benchmarks/results/nk_split_second_stage_*``).  At large n the unsplit stage is about half the time but not
+#: better: on the "choose" case large_mixed (n = 12000, seeds 1-3, ``benchmarks/tuning_rule.py --setting
+#: ccme.estimators.neural_kernel.SPLIT_SECOND_STAGE=True,False --config neural_kernel --stem nk_split_large --cases
+#: large_mixed --seeds 1,2,3 --tag large_mixed``) 0.912 / 0.948 (per seed 0.97 / 1.10, 1.00 / 1.48, 0.68 / 0.55), and
+#: at n = 20000 (seed 1, ``--tag n20000_paper`` / ``n20000_mixture_v3``) paper 1.09 / 1.06, mixture_v3 0.84 / 2.09.
 SPLIT_SECOND_STAGE = True
 
 
