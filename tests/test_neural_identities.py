@@ -67,6 +67,45 @@ def test_dr_gram_equals_gram_of_explicit_pseudo_outcomes(dr_problem):
     np.testing.assert_allclose(cross, Psi[A_rows].T @ K_xi[np.ix_(A_rows, B_rows)] @ Psi[B_rows], rtol=1e-11)
 
 
+
+def test_deep_feature_outcome_kernel_kept_as_a_pivoted_cholesky_factor_equals_the_dense_block(monkeypatch):
+    """From OUTCOME_FACTOR_UNITS direct units on, k(Y_A, Y_B) is L_A L_Bᵀ (run to 1e-10): every projection the
+    losses use (whole block, mini-batch sub-block, validation × training) equals the explicit K_ξ's."""
+    from ccme.estimators import deep_feature
+
+    monkeypatch.setattr(deep_feature, "OUTCOME_FACTOR_UNITS", 100)
+    rng = np.random.default_rng(3)
+    n, m, M, M0 = 400, 12, 5, 3
+    Y, Y0 = rng.normal(size=(n, 1)), rng.normal(size=(m, 1))
+    a = rng.normal(size=n) * (rng.random(n) < 0.6)
+    U, P0 = rng.normal(size=(n, M0)), rng.normal(size=(m, M0))
+    gram = PseudoOutcomeGram(a, Y, KERNEL, U=U, P0=P0, Y0=Y0)
+    Q = np.vstack([np.diag(a), P0 @ U.T])
+    atoms = np.vstack([Y, Y0])
+    K_xi = Q.T @ naive_gram(atoms, atoms) @ Q
+    L, row = gram.outcome_factor()
+    assert L.shape[1] < np.count_nonzero(a) // 4          # a factor, well below the units' number
+    Psi = rng.normal(size=(n, M))
+    rows = np.arange(n)
+    block = gram.block(rows, rows, torch.float64, "cpu")
+    assert block.K is None and block.La is not None
+    scale = np.abs(Psi.T @ K_xi @ Psi).max()
+    np.testing.assert_allclose(block.project(t(Psi), t(Psi)).numpy(), Psi.T @ K_xi @ Psi, rtol=0, atol=1e-9 * scale)
+    pos = torch.as_tensor(rng.choice(n, 60, replace=False))
+    sel = pos.numpy()
+    np.testing.assert_allclose(block.sub(pos).project(t(Psi[sel]), t(Psi[sel])).numpy(),
+                               Psi[sel].T @ K_xi[np.ix_(sel, sel)] @ Psi[sel], rtol=0, atol=1e-9 * scale)
+    A_rows, B_rows = np.arange(300, 400), np.arange(300)
+    cross = gram.block(A_rows, B_rows, torch.float64, "cpu").project(t(Psi[A_rows]), t(Psi[B_rows])).numpy()
+    np.testing.assert_allclose(cross, Psi[A_rows].T @ K_xi[np.ix_(A_rows, B_rows)] @ Psi[B_rows], rtol=0,
+                               atol=1e-9 * scale)
+    # Below the threshold, or where the factor would not be small, the dense block is kept.
+    monkeypatch.setattr(deep_feature, "OUTCOME_FACTOR_UNITS", 10**6)
+    assert PseudoOutcomeGram(a, Y, KERNEL, U=U, P0=P0, Y0=Y0).outcome_factor() is None
+    monkeypatch.setattr(deep_feature, "OUTCOME_FACTOR_UNITS", 100)
+    spread = PseudoOutcomeGram(a, 100 * Y, KERNEL, U=U, P0=P0, Y0=Y0)    # outcomes far apart: rank ~ n
+    assert spread.outcome_factor() is None and spread.block(rows, rows, torch.float64, "cpu").K is not None
+
 def _objective(K_xi, Psi, coef, lam_eff):
     """(1/n) Σ ‖C ψ_i − ξ_i‖² + (λ_eff/n) ‖C‖²_HS for C = Ξ coef (coef: n × M), written out."""
     n = len(Psi)

@@ -140,8 +140,9 @@ fig.tight_layout()
 #   case (n = 20000) in about 10 s with 0.7–1.0 times Neural-Kernel's error,
 #   where Neural-Kernel (53 grid points there) takes about 425 s (README,
 #   "Neural estimators"); on the zoo's `large_mixed` (n = 12000) ridge takes
-#   8 s, Neural-Kernel 2.5 minutes and Deep Feature 19, their errors 1.11 / 0.87
-#   and 1.04 / 0.79 times the ridge's (README, "Accuracy zoo");
+#   8 s, Neural-Kernel 2.5 minutes and Deep Feature 2 (12 before its loss kept
+#   the outcome kernel factored), their errors 1.11 / 0.87 and 1.04 / 0.79
+#   times the ridge's (README, "Accuracy zoo");
 # - a multivariate outcome with many dimensions (images) favours the neural
 #   estimators, whose cost does not depend on the outcome's dimension.
 #
