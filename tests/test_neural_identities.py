@@ -32,19 +32,23 @@ def t(x):
     return torch.as_tensor(np.asarray(x, dtype=np.float64))
 
 
-@pytest.fixture(scope="module")
-def dr_problem():
-    """A DR-shaped pseudo-outcome: ξ_i = a_i φ(y_i) + Φ₀ P₀ u_i, with a_i = 0 for some units."""
-    rng = np.random.default_rng(0)
-    n, m, M, M0 = 30, 12, 4, 3
+def _dr_gram(rng, n, m=12, M0=3):
+    """A DR-shaped pseudo-outcome ξ_i = a_i φ(y_i) + Φ₀ P₀ u_i (a_i = 0 for some units): its PseudoOutcomeGram, the
+    explicit K_ξ of the coefficient vectors over the atoms [Y ; Y0], and (a, Y, U, P0, Y0)."""
     Y, Y0 = rng.normal(size=(n, 1)), rng.normal(size=(m, 1))
     a = rng.normal(size=n) * (rng.random(n) < 0.6)
     U, P0 = rng.normal(size=(n, M0)), rng.normal(size=(m, M0))
     gram = PseudoOutcomeGram(a, Y, KERNEL, U=U, P0=P0, Y0=Y0)
-    # Explicit pseudo-outcomes: coefficient vectors over the atoms [Y ; Y0].
     Q = np.vstack([np.diag(a), P0 @ U.T])
     atoms = np.vstack([Y, Y0])
-    K_xi = Q.T @ naive_gram(atoms, atoms) @ Q
+    return gram, Q.T @ naive_gram(atoms, atoms) @ Q, (a, Y, U, P0, Y0)
+
+
+@pytest.fixture(scope="module")
+def dr_problem():
+    rng = np.random.default_rng(0)
+    n, M = 30, 4
+    gram, K_xi, _ = _dr_gram(rng, n)
     return dict(gram=gram, K_xi=K_xi, Psi=rng.normal(size=(n, M)), n=n, M=M, rng=rng)
 
 
@@ -75,14 +79,8 @@ def test_deep_feature_outcome_kernel_kept_as_a_pivoted_cholesky_factor_equals_th
 
     monkeypatch.setattr(deep_feature, "OUTCOME_FACTOR_UNITS", 100)
     rng = np.random.default_rng(3)
-    n, m, M, M0 = 400, 12, 5, 3
-    Y, Y0 = rng.normal(size=(n, 1)), rng.normal(size=(m, 1))
-    a = rng.normal(size=n) * (rng.random(n) < 0.6)
-    U, P0 = rng.normal(size=(n, M0)), rng.normal(size=(m, M0))
-    gram = PseudoOutcomeGram(a, Y, KERNEL, U=U, P0=P0, Y0=Y0)
-    Q = np.vstack([np.diag(a), P0 @ U.T])
-    atoms = np.vstack([Y, Y0])
-    K_xi = Q.T @ naive_gram(atoms, atoms) @ Q
+    n, M = 400, 5
+    gram, K_xi, (a, Y, U, P0, Y0) = _dr_gram(rng, n)
     L, row = gram.outcome_factor()
     assert L.shape[1] < np.count_nonzero(a) // 4          # a factor, well below the units' number
     Psi = rng.normal(size=(n, M))
