@@ -81,7 +81,7 @@ def test_deep_feature_outcome_kernel_kept_as_a_pivoted_cholesky_factor_equals_th
     rng = np.random.default_rng(3)
     n, M = 400, 5
     gram, K_xi, (a, Y, U, P0, Y0) = _dr_gram(rng, n)
-    L, row = gram.outcome_factor()
+    L, row = gram.outcome_factor
     assert L.shape[1] < np.count_nonzero(a) // 4          # a factor, well below the units' number
     Psi = rng.normal(size=(n, M))
     rows = np.arange(n)
@@ -99,10 +99,10 @@ def test_deep_feature_outcome_kernel_kept_as_a_pivoted_cholesky_factor_equals_th
                                atol=1e-9 * scale)
     # Below the threshold, or where the factor would not be small, the dense block is kept.
     monkeypatch.setattr(deep_feature, "OUTCOME_FACTOR_UNITS", 10**6)
-    assert PseudoOutcomeGram(a, Y, KERNEL, U=U, P0=P0, Y0=Y0).outcome_factor() is None
+    assert PseudoOutcomeGram(a, Y, KERNEL, U=U, P0=P0, Y0=Y0).outcome_factor is None
     monkeypatch.setattr(deep_feature, "OUTCOME_FACTOR_UNITS", 100)
     spread = PseudoOutcomeGram(a, 100 * Y, KERNEL, U=U, P0=P0, Y0=Y0)    # outcomes far apart: rank ~ n
-    assert spread.outcome_factor() is None and spread.block(rows, rows, torch.float64, "cpu").K is not None
+    assert spread.outcome_factor is None and spread.block(rows, rows, torch.float64, "cpu").K is not None
 
 def _objective(K_xi, Psi, coef, lam_eff):
     """(1/n) Σ ‖C ψ_i − ξ_i‖² + (λ_eff/n) ‖C‖²_HS for C = Ξ coef (coef: n × M), written out."""

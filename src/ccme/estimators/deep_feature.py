@@ -39,6 +39,7 @@ paper's reference code does with its λ = 20 (see :func:`paper_options`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,31 +161,29 @@ class PseudoOutcomeGram:
             self.R[direct] = _gram_times(Y[direct], Y0, y_kernel, P0, n_threads)
             diag = diag + 2 * self.a * np.sum(self.R * U, axis=1) + np.sum((U @ self.S) * U, axis=1)
         self.diag = diag
-        self._factor = False     # not computed yet (None: the dense block is used)
 
     @property
     def n(self) -> int:
         return len(self.a)
 
+    @functools.cached_property
     def outcome_factor(self):
         """The outcome kernel as a factor: (L, row) with k(y_i, y_j) = L[row[i]] · L[row[j]] up to
         :data:`OUTCOME_FACTOR_TOL` · k(0) for the units with a_i ≠ 0 (row[i] = −1 for the others), or None
-        where the dense block is kept (:data:`OUTCOME_FACTOR_UNITS`)."""
-        if self._factor is not False:
-            return self._factor
-        self._factor = None
+        where the dense block is kept (:data:`OUTCOME_FACTOR_UNITS`, or a rank of a quarter of the units)."""
         direct = np.flatnonzero(self.a != 0)
-        if len(direct) >= OUTCOME_FACTOR_UNITS:
-            k0 = _kernel_at_zero(self.kernel)
-            # The factor of the unit-height kernel (k(0) = 1), scaled to the normalised one's height.
-            L, _, _ = _backend.pivoted_cholesky(np.ascontiguousarray(self.Y[direct]), self.kernel.name,
-                                                self.kernel.bandwidth_array, OUTCOME_FACTOR_TOL,
-                                                max(1, len(direct) // 4), n_threads=self.n_threads)
-            if L.shape[1] < len(direct) // 4:
-                row = np.full(self.n, -1, dtype=np.int64)
-                row[direct] = np.arange(len(direct))
-                self._factor = (L * np.sqrt(k0), row)
-        return self._factor
+        if len(direct) < OUTCOME_FACTOR_UNITS:
+            return None
+        cap = len(direct) // 4
+        # The factor of the unit-height kernel (k(0) = 1), scaled to the normalised one's height.
+        L, _, _ = _backend.pivoted_cholesky(np.ascontiguousarray(self.Y[direct]), self.kernel.name,
+                                            self.kernel.bandwidth_array, OUTCOME_FACTOR_TOL, cap,
+                                            n_threads=self.n_threads)
+        if L.shape[1] >= cap:
+            return None
+        row = np.full(self.n, -1, dtype=np.int64)
+        row[direct] = np.arange(len(direct))
+        return L * np.sqrt(_kernel_at_zero(self.kernel)), row
 
     def block(self, rows_a, rows_b, dtype, device) -> "GramBlock":
         """The block K_ξ[rows_a, rows_b] in factored form, as torch tensors."""
@@ -220,7 +219,7 @@ class GramBlock:
         self.ia = torch.as_tensor(self.pos_a, device=device)
         self.ib = torch.as_tensor(self.pos_b, device=device)
         self.wa, self.wb = self._t(a[da][:, None]), self._t(a[db][:, None])
-        factor = gram.outcome_factor() if len(da) and len(db) else None
+        factor = gram.outcome_factor if len(da) and len(db) else None
         self.K = self.La = self.Lb = None
         if factor is not None:
             L, row = factor
