@@ -15,6 +15,8 @@ construction, π(x) = lo + (hi − lo)·expit(η(x)).
 
 from __future__ import annotations
 
+from math import comb
+
 import numpy as np
 import pandas as pd
 
@@ -25,6 +27,7 @@ from ._base import SyntheticCase, bounded, combine, expit, gaussian, softmax
 __all__ = [
     "LinearV1", "HeteroV2", "MixtureV3", "Paper", "IrrelevantX50", "SparseV10", "WeakOverlap",
     "MixedV", "SpikeTail", "LargeMixed", "CategoricalV", "OrdinalV", "Bivariate", "LargeN", "InsideV", "ThroughW", "FactorShapeV", "FactorSlopeV",
+    "HeavyTail",
 ]
 
 
@@ -1061,3 +1064,105 @@ class FactorSlopeV(SyntheticCase):
         rng = np.random.default_rng(seed)
         return pd.DataFrame({"zone": rng.choice(_ZONES, size=n_points, p=self._P),
                              "v1": rng.standard_normal(n_points)})
+
+
+# ---------------------------------------------------------------------------------
+_HEAVY_D_EFFECT = np.array([0.0, 0.9, 0.4, -0.7])
+
+
+class HeavyTail(SyntheticCase):
+    """Heavy-tailed outcome noise, a skewed and bimodal confounder, a count, a step in the propensity.
+
+    Added (session of 2026-12-03) as a held-out ("report") case for what the
+    other cases share: every one of them has Gaussian covariates outside V
+    and Gaussian (or Gaussian-mixture) noise with light tails.  Written and
+    fixed before any fit of it was seen.  V = (v1, a right-skewed Gamma(2)
+    number; v2, Gaussian).  Outside V: w1, a two-component mixture given V
+    (its component hidden), w2 Gaussian given V, a count d ∈ {0, …, 3}
+    (binomial given V) acting on Y non-monotonically, and two irrelevant
+    covariates, one uniform and one Student t₃ (far-out values in X).  The
+    propensity steps where w1 crosses 0.8 and is quadratic in w2, which no
+    logistic regression in the raw covariates fits.  Y^a | X has a scale
+    mixture of two Gaussians as noise (sd s(v) and 3.5 s(v); the noise's
+    excess kurtosis is 3–7 over V and the arms, a t₅'s is 6), and the treatment raises the share of the wide
+    component: the arms differ in their tails more than in their means.
+    The truth is a closed-form mixture over w1's component, d and the
+    noise's component (16 Gaussians per V-point).
+    """
+
+    name = "heavy_tail"
+    description = ("V = (skewed continuous, Gaussian); heavy-tailed noise whose share of wide draws the arm raises; "
+                   "a bimodal confounder, a count acting non-monotonically, a step in the propensity, a t3 covariate")
+    split = "report"
+    n = 3000
+    formula = "y ~ a | v1 + v2 | w1 + w2 + d + z1 + z2"
+    v_columns = ["v1", "v2"]
+    x_columns = ["v1", "v2", "w1", "w2", "d", "z1", "z2"]
+    ps_range = (0.05, 0.95)
+    features = ("dimV=2 (one skewed)", "dimX=7 (a count; a bimodal confounder; a t3 and a uniform irrelevant)",
+                "confounding in+out V", "heavy-tailed noise", "step in the propensity", "heteroscedastic")
+    _B = np.array([0.7, -0.5])       # Y's coefficients on (w1, w2)
+    _W1 = ((-0.5, 0.5), (1.5, 1.0))  # w1's component c = 0, 1: (mean at v1 = 0, sd); both add 0.3 v1
+    _W2_SD = 0.7
+    _WIDE = 3.5                      # the wide noise component's sd, in units of s(v)
+
+    def sample_v(self, n, rng):
+        return pd.DataFrame({"v1": rng.gamma(2.0, 0.7, size=n), "v2": rng.standard_normal(n)})
+
+    @staticmethod
+    def _component_prob(v2):
+        return expit(-0.5 + 0.8 * v2)
+
+    @staticmethod
+    def _count_prob(v1, v2):
+        return expit(-0.3 + 0.5 * v2 - 0.2 * v1)
+
+    def sample_w(self, v, rng):
+        v1, v2 = _cols(v, ["v1", "v2"])
+        n = len(v1)
+        c = rng.random(n) < self._component_prob(v2)
+        (m0, s0), (m1, s1) = self._W1
+        w1 = 0.3 * v1 + np.where(c, m1 + s1 * rng.standard_normal(n), m0 + s0 * rng.standard_normal(n))
+        w2 = 0.4 * v2 - 0.2 * v1 + self._W2_SD * rng.standard_normal(n)
+        return pd.DataFrame({"w1": w1, "w2": w2, "d": rng.binomial(3, self._count_prob(v1, v2)),
+                             "z1": rng.uniform(-2.0, 2.0, size=n), "z2": rng.standard_t(3, size=n)})
+
+    def propensity(self, x):
+        v1, v2, w1, w2, d = _cols(x, ["v1", "v2", "w1", "w2", "d"])
+        return bounded(*self.ps_range, -0.3 + 1.4 * (w1 > 0.8) - 0.6 * v2 + 0.5 * (d >= 2)
+                       + 0.4 * (w2**2 - 0.5) - 0.3 * v1)
+
+    @staticmethod
+    def _location(v1, v2, d, arm):
+        """Y's mean given V, d and the arm, before the (w1, w2) terms."""
+        d = np.asarray(d, dtype=int)
+        return (0.8 * np.log1p(v1) - 0.4 * v2 + arm * (0.3 + 0.3 * np.tanh(v2))
+                + _HEAVY_D_EFFECT[d] + arm * 0.25 * d)
+
+    @staticmethod
+    def _noise(v1, v2, arm):
+        """(share of the wide component, s(v))."""
+        return expit(-1.8 + 0.8 * arm + 0.4 * v1), 0.5 + 0.25 * np.tanh(v2)
+
+    def sample_y(self, x, arm, rng):
+        v1, v2, w1, w2, d = _cols(x, ["v1", "v2", "w1", "w2", "d"])
+        wide, s = self._noise(v1, v2, arm)
+        sd = np.where(rng.random(len(v1)) < wide, self._WIDE * s, s)
+        return self._location(v1, v2, d, arm) + self._B @ np.vstack([w1, w2]) + sd * rng.standard_normal(len(v1))
+
+    def mixture(self, v_frame, arm):
+        v1, v2 = _cols(v_frame, ["v1", "v2"])
+        wide, s = self._noise(v1, v2, arm)
+        p_c, p_d = self._component_prob(v2), self._count_prob(v1, v2)
+        w2_mean = 0.4 * v2 - 0.2 * v1
+        parts = []
+        for c, q_c in ((0, 1.0 - p_c), (1, p_c)):
+            w1_mean, w1_sd = self._W1[c][0] + 0.3 * v1, self._W1[c][1]
+            spread = (self._B[0] * w1_sd) ** 2 + (self._B[1] * self._W2_SD) ** 2
+            for d in range(4):
+                q_d = comb(3, d) * p_d**d * (1.0 - p_d) ** (3 - d)
+                mean = (self._location(v1, v2, np.full(len(v1), d), arm)
+                        + self._B[0] * w1_mean + self._B[1] * w2_mean)
+                for q_k, sd in ((1.0 - wide, s), (wide, self._WIDE * s)):
+                    parts.append((q_c * q_d * q_k, gaussian(mean, sd**2 + spread)))
+        return combine(parts)
