@@ -90,6 +90,11 @@ read-out bandwidth with both bands of the union at the joint critical value
 (``--bands-only``, all eight cases, 100 data sets at n = 2000 and 40 at
 n = 10000, 100 for linear_v1 and categorical_v; README, "Simultaneous bands studentised by an averaged variance").
 
+``results/coverage_heavy_tail.jsonl`` holds the defaults on the held-out
+``heavy_tail`` (heavy-tailed noise; d0a1b7f, 100 data sets at n = 2000 and
+10000; README, "Heavy-tailed noise, held out"): the mean difference's
+intervals cover 0.813 at n = 10000.
+
 ``results/coverage_deep_feature.jsonl`` holds the study of Deep Feature's
 bands and intervals (``--method deep_feature``, ecc7d06, hetero_v2 and
 linear_v1 at n = 2000, 100 data sets each): they under-cover (README).
