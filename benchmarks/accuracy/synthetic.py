@@ -1067,7 +1067,6 @@ class FactorSlopeV(SyntheticCase):
 
 
 # ---------------------------------------------------------------------------------
-_HEAVY_D_EFFECT = np.array([0.0, 0.9, 0.4, -0.7])
 
 
 class HeavyTail(SyntheticCase):
@@ -1084,8 +1083,9 @@ class HeavyTail(SyntheticCase):
     propensity steps where w1 crosses 0.8 and is quadratic in w2, which no
     logistic regression in the raw covariates fits.  Y^a | X has a scale
     mixture of two Gaussians as noise (sd s(v) and 3.5 s(v); the noise's
-    excess kurtosis is 3–7 over V and the arms, a t₅'s is 6), and the treatment raises the share of the wide
-    component: the arms differ in their tails more than in their means.
+    excess kurtosis is 3–7 over V and the arms, a t₅'s is 6), and the
+    treatment raises the share of the wide component: the arms differ in
+    their tails more than in their means.
     The truth is a closed-form mixture over w1's component, d and the
     noise's component (16 Gaussians per V-point).
     """
@@ -1102,8 +1102,10 @@ class HeavyTail(SyntheticCase):
     features = ("dimV=2 (one skewed)", "dimX=7 (a count; a bimodal confounder; a t3 and a uniform irrelevant)",
                 "confounding in+out V", "heavy-tailed noise", "step in the propensity", "heteroscedastic")
     _B = np.array([0.7, -0.5])       # Y's coefficients on (w1, w2)
-    _W1 = ((-0.5, 0.5), (1.5, 1.0))  # w1's component c = 0, 1: (mean at v1 = 0, sd); both add 0.3 v1
+    _W1 = ((-0.5, 0.5), (1.5, 1.0))  # w1's component c = 0, 1: (mean at v1 = 0, sd); both add _W1_SLOPE · v1
+    _W1_SLOPE = 0.3
     _W2_SD = 0.7
+    _D_EFFECT = np.array([0.0, 0.9, 0.4, -0.7])  # Y's shift at d = 0, …, 3 (non-monotone)
     _WIDE = 3.5                      # the wide noise component's sd, in units of s(v)
 
     def sample_v(self, n, rng):
@@ -1117,13 +1119,17 @@ class HeavyTail(SyntheticCase):
     def _count_prob(v1, v2):
         return expit(-0.3 + 0.5 * v2 - 0.2 * v1)
 
+    @staticmethod
+    def _w2_mean(v1, v2):
+        return 0.4 * v2 - 0.2 * v1
+
     def sample_w(self, v, rng):
         v1, v2 = _cols(v, ["v1", "v2"])
         n = len(v1)
         c = rng.random(n) < self._component_prob(v2)
         (m0, s0), (m1, s1) = self._W1
-        w1 = 0.3 * v1 + np.where(c, m1 + s1 * rng.standard_normal(n), m0 + s0 * rng.standard_normal(n))
-        w2 = 0.4 * v2 - 0.2 * v1 + self._W2_SD * rng.standard_normal(n)
+        w1 = self._W1_SLOPE * v1 + np.where(c, m1 + s1 * rng.standard_normal(n), m0 + s0 * rng.standard_normal(n))
+        w2 = self._w2_mean(v1, v2) + self._W2_SD * rng.standard_normal(n)
         return pd.DataFrame({"w1": w1, "w2": w2, "d": rng.binomial(3, self._count_prob(v1, v2)),
                              "z1": rng.uniform(-2.0, 2.0, size=n), "z2": rng.standard_t(3, size=n)})
 
@@ -1132,12 +1138,12 @@ class HeavyTail(SyntheticCase):
         return bounded(*self.ps_range, -0.3 + 1.4 * (w1 > 0.8) - 0.6 * v2 + 0.5 * (d >= 2)
                        + 0.4 * (w2**2 - 0.5) - 0.3 * v1)
 
-    @staticmethod
-    def _location(v1, v2, d, arm):
-        """Y's mean given V, d and the arm, before the (w1, w2) terms."""
+    @classmethod
+    def _location(cls, v1, v2, d, arm):
+        """Y's mean given V, the count d (an array, or one level) and the arm, before the (w1, w2) terms."""
         d = np.asarray(d, dtype=int)
         return (0.8 * np.log1p(v1) - 0.4 * v2 + arm * (0.3 + 0.3 * np.tanh(v2))
-                + _HEAVY_D_EFFECT[d] + arm * 0.25 * d)
+                + cls._D_EFFECT[d] + arm * 0.25 * d)
 
     @staticmethod
     def _noise(v1, v2, arm):
@@ -1154,14 +1160,14 @@ class HeavyTail(SyntheticCase):
         v1, v2 = _cols(v_frame, ["v1", "v2"])
         wide, s = self._noise(v1, v2, arm)
         p_c, p_d = self._component_prob(v2), self._count_prob(v1, v2)
-        w2_mean = 0.4 * v2 - 0.2 * v1
+        w2_mean = self._w2_mean(v1, v2)
         parts = []
         for c, q_c in ((0, 1.0 - p_c), (1, p_c)):
-            w1_mean, w1_sd = self._W1[c][0] + 0.3 * v1, self._W1[c][1]
+            w1_mean, w1_sd = self._W1[c][0] + self._W1_SLOPE * v1, self._W1[c][1]
             spread = (self._B[0] * w1_sd) ** 2 + (self._B[1] * self._W2_SD) ** 2
             for d in range(4):
                 q_d = comb(3, d) * p_d**d * (1.0 - p_d) ** (3 - d)
-                mean = (self._location(v1, v2, np.full(len(v1), d), arm)
+                mean = (self._location(v1, v2, d, arm)
                         + self._B[0] * w1_mean + self._B[1] * w2_mean)
                 for q_k, sd in ((1.0 - wide, s), (wide, self._WIDE * s)):
                     parts.append((q_c * q_d * q_k, gaussian(mean, sd**2 + spread)))
