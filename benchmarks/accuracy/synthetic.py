@@ -1067,8 +1067,6 @@ class FactorSlopeV(SyntheticCase):
 
 
 # ---------------------------------------------------------------------------------
-
-
 class HeavyTail(SyntheticCase):
     """Heavy-tailed outcome noise, a skewed and bimodal confounder, a count, a step in the propensity.
 
