@@ -19,27 +19,31 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.accuracy.targets import log_ratios  # noqa: E402
 
 WITHIN = 1.2
 
 
 def compare(neural: pd.DataFrame, ridge: pd.DataFrame) -> list[str]:
     """Lines of text: one block per neural configuration in ``neural``."""
-    keys = ["case", "seed", "n", "v_points"]
-    base = ridge[ridge.config == "ridge_dr"][keys + ["ise1", "ise0"]]
+    base = ridge[ridge.config == "ridge_dr"]
     lines = []
     for config, rows in neural.groupby("config"):
-        both = rows.merge(base, on=keys, suffixes=("", "_ridge"))
-        missing = len(rows) - len(both)
-        logs = pd.DataFrame({"case": both.case, "arm 1": np.log(both.ise1 / both.ise1_ridge),
-                             "arm 0": np.log(both.ise0 / both.ise0_ridge)})
-        per_arm = np.exp(logs.groupby("case").mean())
+        logs = log_ratios(pd.concat([rows, base], ignore_index=True), config, "ridge_dr")
+        missing = len(rows) - len(logs)
+        per_arm = np.exp(logs.groupby("case")[["arm 1", "arm 0"]].mean())
         ratios = per_arm.to_numpy().ravel()
-        seeds = sorted(int(s) for s in both.seed.unique())
+        seeds = sorted(int(s) for s in logs.seed.unique())
         lines.append(f"{config}: ISE / ridge DR's, geometric mean over seeds {seeds}, per case-arm"
                      + (f" ({missing} rows without a ridge row left out)" if missing else ""))
         lines.append(f"  within {WITHIN - 1:.0%}: {int((ratios <= WITHIN).sum())} of {len(ratios)} case-arms; "

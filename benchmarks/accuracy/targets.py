@@ -72,14 +72,21 @@ TARGETS = (
 )
 
 
-def ratios(rows: pd.DataFrame, config: str, reference: str) -> pd.DataFrame:
-    """Per case: the geometric mean over seeds of ``config``'s ISE over ``reference``'s, by arm (and the seeds)."""
+def log_ratios(rows: pd.DataFrame, config: str, reference: str) -> pd.DataFrame:
+    """Per case and seed: the log of ``config``'s ISE over ``reference``'s, by arm.
+
+    Only the (case, seed, n, V-points) both configurations have a row for are kept.
+    """
     top = rows[rows.config == config][KEYS + ["ise1", "ise0"]]
     bottom = rows[rows.config == reference][KEYS + ["ise1", "ise0"]]
     both = top.merge(bottom, on=KEYS, suffixes=("", "_ref"))
-    logs = pd.DataFrame({"case": both.case, "seed": both.seed,
+    return pd.DataFrame({"case": both.case, "seed": both.seed,
                          "arm 1": np.log(both.ise1 / both.ise1_ref), "arm 0": np.log(both.ise0 / both.ise0_ref)})
-    grouped = logs.groupby("case")
+
+
+def ratios(rows: pd.DataFrame, config: str, reference: str) -> pd.DataFrame:
+    """Per case: the geometric mean over seeds of ``config``'s ISE over ``reference``'s, by arm (and the seeds)."""
+    grouped = log_ratios(rows, config, reference).groupby("case")
     out = np.exp(grouped[["arm 1", "arm 0"]].mean())
     out["seeds"] = grouped.seed.nunique()
     return out
