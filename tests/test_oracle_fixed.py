@@ -39,3 +39,20 @@ def test_summary_prints_the_held_out_geometric_mean(tmp_path):
     fields = line.split()
     assert fields[-1] == "B"                                       # the fixed oracle, chosen on every seed
     assert float(fields[-2]) == round(float(np.exp(np.mean(np.log(HELD_OUT)))), 2)   # 0.55, not B's 0.86
+
+
+def test_summary_counts_the_case_arms_within_fifteen_percent(tmp_path):
+    path = tmp_path / "fixed.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        for seed, row in enumerate(ERRORS):
+            for config, error in zip((DEFAULTS, "A", "B"), row):
+                writer.writerow({"case": "toy", "split": "report", "seed": seed, "n": 100, "config": config,
+                                 "ise1": error, "ise0": 1.0, "seconds": 0.1})
+    tally = {line.split(" (")[0]: line for line in summarise([path]).splitlines() if line.startswith("defaults /")}
+    # treated arm: per-seed ratios 2/1, 2/1.2, 2/2.6 (geo-mean 1.38), fixed 2/4, 2/1.2, 2/2.6 (0.86), held-out 0.55;
+    # control arm: every ratio 1.  So the per-seed oracle keeps one arm of two within 15%, the others both.
+    assert "within 15% on 1 of 2" in tally["defaults / per-seed oracle"]
+    assert "within 15% on 2 of 2" in tally["defaults / fixed oracle"]
+    assert "within 15% on 2 of 2" in tally["defaults / held-out fixed"]
