@@ -1,4 +1,4 @@
-"""The Gaussian model of benchmarks/inference/kolmogorov_double_bootstrap.py: its interval is effect()'s, its noise the stated law."""
+"""The Gaussian model of benchmarks/inference/kolmogorov_interval.py: its interval is effect()'s, its noise the stated law."""
 
 import sys
 from pathlib import Path
@@ -7,7 +7,7 @@ import numpy as np
 from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.inference.kolmogorov_double_bootstrap import noise_factor, reverse  # noqa: E402
+from benchmarks.inference.kolmogorov_interval import noise_factor, reverse  # noqa: E402
 from ccme.bootstrap import _interval  # noqa: E402
 
 
