@@ -56,3 +56,20 @@ def test_summary_counts_the_case_arms_within_fifteen_percent(tmp_path):
     assert "within 15% on 1 of 2" in tally["defaults / per-seed oracle"]
     assert "within 15% on 2 of 2" in tally["defaults / fixed oracle"]
     assert "within 15% on 2 of 2" in tally["defaults / held-out fixed"]
+
+
+def test_the_grid_fits_the_default_propensity_once():
+    import inspect
+
+    import ccme
+    from benchmarks.accuracy.run import oracle_points
+
+    default = inspect.signature(ccme.fit).parameters["propensity"].default
+    grid = {"lam": ["loo", 1e-3], "v_bandwidth": [1.0], "x_bandwidth": [1.0],
+            "propensity": ["default", default, "logistic"]}
+    labels = [label for label, _ in oracle_points(1, grid)]
+    assert labels == ["lam=loo,v=1.0,x=1.0,ps=default", "lam=loo,v=1.0,x=1.0,ps=logistic",
+                      "lam=0.001,v=1.0,x=1.0,ps=default", "lam=0.001,v=1.0,x=1.0,ps=logistic"]
+    kwargs = dict(oracle_points(1, grid))
+    assert "propensity" not in kwargs["lam=loo,v=1.0,x=1.0,ps=default"]           # ccme.fit's own default
+    assert kwargs["lam=loo,v=1.0,x=1.0,ps=logistic"]["propensity"] == "logistic"
