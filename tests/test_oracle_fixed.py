@@ -18,6 +18,19 @@ ERRORS = np.array([[2.0, 1.0, 4.0],
 HELD_OUT = [2.0 / 4.0, 2.0 / 4.0, 2.0 / 3.0]
 
 
+def _toy_csv(tmp_path):
+    """ERRORS as the treated arm of a case "toy" (configurations: the defaults, A, B); every control error 1."""
+    path = tmp_path / "fixed.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        for seed, row in enumerate(ERRORS):
+            for config, error in zip((DEFAULTS, "A", "B"), row):
+                writer.writerow({"case": "toy", "split": "report", "seed": seed, "n": 100, "config": config,
+                                 "ise1": error, "ise0": 1.0, "seconds": 0.1})
+    return path
+
+
 def test_each_seed_is_scored_against_the_point_the_other_seeds_choose():
     np.testing.assert_allclose(held_out_ratios(ERRORS, 0, [1, 2]), HELD_OUT)
 
@@ -27,14 +40,7 @@ def test_no_held_out_ratio_from_one_seed():
 
 
 def test_summary_prints_the_held_out_geometric_mean(tmp_path):
-    path = tmp_path / "fixed.csv"
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        for seed, row in enumerate(ERRORS):
-            for config, error in zip((DEFAULTS, "A", "B"), row):
-                writer.writerow({"case": "toy", "split": "report", "seed": seed, "n": 100, "config": config,
-                                 "ise1": error, "ise0": 1.0, "seconds": 0.1})
+    path = _toy_csv(tmp_path)
     line = next(line for line in summarise(path).splitlines() if line.split()[:2] == ["toy", "1"])
     fields = line.split()
     assert fields[-1] == "B"                                       # the fixed oracle, chosen on every seed
@@ -42,16 +48,9 @@ def test_summary_prints_the_held_out_geometric_mean(tmp_path):
 
 
 def test_summary_counts_the_case_arms_within_fifteen_percent(tmp_path):
-    path = tmp_path / "fixed.csv"
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        for seed, row in enumerate(ERRORS):
-            for config, error in zip((DEFAULTS, "A", "B"), row):
-                writer.writerow({"case": "toy", "split": "report", "seed": seed, "n": 100, "config": config,
-                                 "ise1": error, "ise0": 1.0, "seconds": 0.1})
+    path = _toy_csv(tmp_path)
     tally = {line.split(" (")[0]: line for line in summarise([path]).splitlines() if line.startswith("defaults /")}
-    # treated arm: per-seed ratios 2/1, 2/1.2, 2/2.6 (geo-mean 1.38), fixed 2/4, 2/1.2, 2/2.6 (0.86), held-out 0.55;
+    # treated arm: per-seed ratios 2/1, 2/1.2, 2/2.6 (geo-mean 1.37), fixed 2/4, 2/1.2, 2/2.6 (0.86), held-out 0.55;
     # control arm: every ratio 1.  So the per-seed oracle keeps one arm of two within 15%, the others both.
     assert "within 15% on 1 of 2" in tally["defaults / per-seed oracle"]
     assert "within 15% on 2 of 2" in tally["defaults / fixed oracle"]
