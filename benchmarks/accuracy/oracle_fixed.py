@@ -102,6 +102,11 @@ def held_out_ratios(errors: np.ndarray, defaults: int, grid: list[int]) -> np.nd
     return np.array(ratios)
 
 
+def geometric_mean(ratios: np.ndarray) -> float:
+    """exp(mean(log r)); NaN for none (a held-out ratio needs two seeds)."""
+    return float(np.exp(np.mean(np.log(ratios)))) if len(ratios) else np.nan
+
+
 def summarise(path: Path | list[Path]) -> str:
     """The per-case table, then how many case-arms each oracle's ratio keeps within the issue's 15%."""
     rows = [row for one in ([path] if isinstance(path, Path) else path) for row in read(one)]
@@ -125,15 +130,16 @@ def summarise(path: Path | list[Path]) -> str:
             fixed = grid[int(np.argmin(errors[:, grid].mean(axis=0)))]
             ratio = errors[:, d] / errors[:, fixed]
             held_out = held_out_ratios(errors, d, grid)
-            tally["per-seed oracle"].append(np.exp(np.mean(np.log(errors[:, d] / per_seed))))
-            tally["fixed oracle"].append(np.exp(np.mean(np.log(ratio))))
-            if len(held_out):
-                tally["held-out fixed"].append(np.exp(np.mean(np.log(held_out))))
+            geo = {"per-seed oracle": geometric_mean(errors[:, d] / per_seed), "fixed oracle": geometric_mean(ratio),
+                   "held-out fixed": geometric_mean(held_out)}
+            for key, value in geo.items():
+                if np.isfinite(value):
+                    tally[key].append(value)
             lines.append(f"{name:<16}{arm:>4}{len(complete):>6}{errors[:, d].mean():>10.4f}{per_seed.mean():>10.4f}"
                          f"{errors[:, fixed].mean():>10.4f}{errors[:, d].mean() / per_seed.mean():>14.2f}"
                          f"{errors[:, d].mean() / errors[:, fixed].mean():>11.2f}"
-                         f"{np.exp(np.mean(np.log(ratio))):>10.2f}{int(np.sum(ratio < 1)):>6}"
-                         f"{np.exp(np.mean(np.log(held_out))) if len(held_out) else np.nan:>10.2f}   {configs[fixed]}")
+                         f"{geo['fixed oracle']:>10.2f}{int(np.sum(ratio < 1)):>6}"
+                         f"{geo['held-out fixed']:>10.2f}   {configs[fixed]}")
     lines.append("(per-seed: the grid's smallest error at each seed, as run.py's oracle; fixed: the grid point with "
                  "the smallest mean error over the seeds; geo-mean and wins: defaults / fixed seed by seed; "
                  "held-out: the same geometric mean with the fixed point chosen on the other seeds, "
@@ -143,7 +149,7 @@ def summarise(path: Path | list[Path]) -> str:
             ratios = np.array(ratios)
             lines.append(f"defaults / {name} (geometric mean of the per-seed ratios): within 15% on "
                          f"{int(np.sum(ratios <= 1.15))} of {len(ratios)} case-arms, "
-                         f"geometric mean {np.exp(np.mean(np.log(ratios))):.3f}")
+                         f"geometric mean {geometric_mean(ratios):.3f}")
     return "\n".join(lines)
 
 

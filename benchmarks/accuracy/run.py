@@ -209,8 +209,10 @@ def oracle_points(dim_y: int, grid: dict):
     ``results/oracle_fixed_discrete_a.csv``, at twice the cost.
     """
     default = inspect.signature(ccme.fit).parameters["propensity"].default
-    props = list(dict.fromkeys(default if prop == "default" else prop for prop in grid["propensity"]))
-    props = ["default" if prop == default and "default" in grid["propensity"] else prop for prop in props]
+    models = {}   # the learner each label fits → the first label naming it
+    for prop in grid["propensity"]:
+        models.setdefault(default if prop == "default" else prop, prop)
+    props = list(models.values())
     for lam, fv, fx, prop in itertools.product(grid["lam"], grid["v_bandwidth"], grid["x_bandwidth"], props):
         tune = {key: [f] if isinstance(f, (int, float)) else f for key, f in (("v_bandwidth", fv), ("x_bandwidth", fx))}
         if dim_y == 1:

@@ -54,8 +54,12 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ccme  # noqa: E402
+from calibration import SCALE_FORMULA, SCALE_PROFILES, fit_options, scale_data, scale_effects  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
-ROOT = Path(__file__).resolve().parents[2]
 GRID = np.linspace(-6.0, 6.0, 121)
 SD = (np.sqrt(1.0 + 1.5**2), np.sqrt(2.0))   # the treated and control laws' sds at V = 0
 ARGMAX_C = (0.5, 1.0)
@@ -144,12 +148,6 @@ def study(m: int, reps: int, *, scale: float = 1.0, shift: float = 0.0, readout:
 
 def real_design(n: int, reps: int, *, scale: float = 1.5, level: float = 0.9, n_boot: int = 199) -> dict:
     """The Kolmogorov rows of ``effect()`` on ``calibration.py``'s ``effects`` design, data sets r < reps."""
-    for path in (ROOT, ROOT / "benchmarks"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
-    import ccme
-    from benchmarks.calibration import SCALE_FORMULA, SCALE_PROFILES, fit_options, scale_data, scale_effects
-
     v = SCALE_PROFILES["x1"].to_numpy()
     truth = scale_effects(v, scale, np.zeros(1), np.full(1, 0.5))["kolmogorov"][:, 0]
     rows = []
